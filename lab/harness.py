@@ -1,0 +1,295 @@
+"""Lab hosts: Debian root filesystems booted with systemd as PID 1 under systemd-nspawn.
+
+What works on this kind of machine (see shared/reference/lab.md): the host is not booted with systemd, so
+`machinectl` is unavailable and the harness tracks the nspawn process by the PID it started. Containers share
+the host network, so each lab host's sshd listens on its own loopback port with key-only root login; the key
+and the host keys are generated at run time under the lab state directory, never in the repository.
+
+Layout (both directories live outside the repository and survive between runs):
+    $V100KIT_LAB_CACHE (/var/cache/v100kit-lab): images/<suite>-<key>.tar, apt/<suite>/ (shared .deb cache)
+    $V100KIT_LAB_STATE (/var/lib/v100kit-lab):   id_ed25519, known_hosts, ssh_config, hosts/<name>/{rootfs,pid,console.log}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+
+LAB_STATE = Path(os.environ.get("V100KIT_LAB_STATE", "/var/lib/v100kit-lab"))
+LAB_CACHE = Path(os.environ.get("V100KIT_LAB_CACHE", "/var/cache/v100kit-lab"))
+MIRROR = os.environ.get("V100KIT_LAB_MIRROR", "http://deb.debian.org/debian")
+
+# A stock minimal Debian server as users have it: only the `main` component (the base role must add
+# contrib/non-free), a real kernel package with initramfs-tools (so DKMS builds and initramfs checks are real),
+# and unattended-upgrades installed (the field case that upgrades libnvidia-* under a loaded module).
+IMAGE_PACKAGES = (
+    "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2", "ca-certificates", "sudo",
+    "kmod", "procps", "linux-image-amd64", "initramfs-tools", "unattended-upgrades",
+)
+
+BOOT_TIMEOUT_S = 180
+STOP_TIMEOUT_S = 90
+
+
+class LabError(RuntimeError):
+    """A lab host could not be built, booted, reached, rebooted or stopped."""
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One bundled lab host: its Debian suite, its sshd loopback port and extra pyinfra host data."""
+
+    name: str
+    suite: str
+    ssh_port: int
+    group: str
+    data: dict = field(default_factory=dict)
+
+
+# The bundled lab hosts. Services inside share the host network, so each host gets its own ports.
+HOSTS: tuple[HostSpec, ...] = (
+    HostSpec("lab-bookworm", "bookworm", 2201, "debian12", {"tuning_swap_size_gib": 1}),
+    HostSpec("lab-trixie", "trixie", 2202, "debian13", {"tuning_swap_size_gib": 1}),
+)
+
+
+def spec(name: str) -> HostSpec:
+    """Return the bundled host spec called `name`; raises LabError naming the known hosts otherwise."""
+    for s in HOSTS:
+        if s.name == name:
+            return s
+    raise LabError(f"unknown lab host {name!r}; known: {', '.join(s.name for s in HOSTS)}")
+
+
+class Lab:
+    """Builds, boots, reboots, stops and destroys the bundled lab hosts."""
+
+    def __init__(self, state: Path = LAB_STATE, cache: Path = LAB_CACHE) -> None:
+        self.state = state
+        self.cache = cache
+        self.key = state / "id_ed25519"
+        self.known_hosts = state / "known_hosts"
+        self.ssh_config = state / "ssh_config"
+
+    # -- paths ------------------------------------------------------------------------------------------
+    def host_dir(self, s: HostSpec) -> Path:
+        return self.state / "hosts" / s.name
+
+    def rootfs(self, s: HostSpec) -> Path:
+        return self.host_dir(s) / "rootfs"
+
+    # -- images -----------------------------------------------------------------------------------------
+    def image(self, suite: str) -> Path:
+        """Return the cached root filesystem tarball for `suite`, building it with mmdebstrap if missing."""
+        key = hashlib.sha256(json.dumps([suite, IMAGE_PACKAGES, MIRROR]).encode()).hexdigest()[:12]
+        path = self.cache / "images" / f"{suite}-{key}.tar"
+        if path.exists():
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        cmd = ["mmdebstrap", "--format=tar", "--variant=minbase", "--components=main", "--include=" + ",".join(IMAGE_PACKAGES),
+               suite, str(part), MIRROR]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            part.unlink(missing_ok=True)
+            raise LabError(f"mmdebstrap {suite} failed:\n{res.stderr[-3000:]}")
+        part.rename(path)  # atomic: an interrupted build never leaves a half image under the final name
+        return path
+
+    # -- keys -------------------------------------------------------------------------------------------
+    def ensure_key(self) -> None:
+        self.state.mkdir(parents=True, exist_ok=True)
+        if not self.key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "v100kit-lab", "-f", str(self.key)],
+                           check=True)
+
+    def _write_client_config(self) -> None:
+        known, config = [], []
+        for s in HOSTS:
+            pub = self.rootfs(s) / "etc/ssh/ssh_host_ed25519_key.pub"
+            if not pub.exists():
+                continue
+            kt, kb = pub.read_text().split()[:2]
+            known.append(f"[127.0.0.1]:{s.ssh_port} {kt} {kb}")
+            config.append(f"Host {s.name}\n  HostName 127.0.0.1\n  Port {s.ssh_port}\n  User root\n"
+                          f"  IdentityFile {self.key}\n  UserKnownHostsFile {self.known_hosts}\n"
+                          f"  StrictHostKeyChecking yes\n")
+        self.known_hosts.write_text("\n".join(known) + "\n")
+        self.ssh_config.write_text("\n".join(config))
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def create(self, s: HostSpec) -> None:
+        """Lay out the host's root filesystem from the image and configure SSH (once per host)."""
+        self.ensure_key()
+        hdir, root = self.host_dir(s), self.rootfs(s)
+        if (hdir / "created").exists():
+            return
+        if root.exists():  # a create that was interrupted: start again from the image
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        subprocess.run(["tar", "--numeric-owner", "--xattrs", "-xpf", str(self.image(s.suite)), "-C", str(root)],
+                       check=True)
+        (root / "etc/hostname").write_text(s.name + "\n")
+        (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {s.name}\n")
+        (root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
+        for old in (root / "etc/ssh").glob("ssh_host_*"):
+            old.unlink()
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", s.name,
+                        "-f", str(root / "etc/ssh/ssh_host_ed25519_key")], check=True)
+        (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
+        (root / "etc/ssh/sshd_config.d/10-lab.conf").write_text(
+            f"Port {s.ssh_port}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
+            "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n")
+        ssh_dir = root / "root/.ssh"
+        ssh_dir.mkdir(mode=0o700, exist_ok=True)
+        (ssh_dir / "authorized_keys").write_text(Path(str(self.key) + ".pub").read_text())
+        os.chmod(ssh_dir / "authorized_keys", 0o600)
+        # No background apt runs racing the deploy or the tests; the deploy itself waits for dpkg locks.
+        for timer in ("apt-daily.timer", "apt-daily-upgrade.timer"):
+            link = root / "etc/systemd/system" / timer
+            link.unlink(missing_ok=True)
+            link.symlink_to("/dev/null")
+        (hdir / "created").write_text(time.strftime("%FT%T") + "\n")
+        self._write_client_config()
+
+    def pid(self, s: HostSpec) -> int | None:
+        """The PID of this host's running systemd-nspawn process, or None (checked against /proc, not trusted)."""
+        try:
+            pid = int((self.host_dir(s) / "pid").read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        if cmdline and cmdline[0].endswith(b"systemd-nspawn") and str(self.rootfs(s)).encode() in cmdline:
+            return pid
+        return None
+
+    def boot(self, s: HostSpec) -> str:
+        """Boot the host (if not running) and wait until systemd finished booting; returns its boot_id."""
+        if self.pid(s) is None:
+            apt_cache = self.cache / "apt" / s.suite
+            (apt_cache / "partial").mkdir(parents=True, exist_ok=True)
+            log = open(self.host_dir(s) / "console.log", "ab")
+            proc = subprocess.Popen(
+                ["systemd-nspawn", "-D", str(self.rootfs(s)), "-b", "--register=no", "--keep-unit",
+                 "-M", s.name, f"--bind={apt_cache}:/var/cache/apt/archives"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            (self.host_dir(s) / "pid").write_text(f"{proc.pid}\n")
+            for _ in range(100):  # until the child has exec'd nspawn (its cmdline identifies it)
+                if self.pid(s) is not None or proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+        return self.wait_ready(s)
+
+    def up(self, s: HostSpec) -> str:
+        """Create (if needed) and boot one host; returns its boot_id."""
+        self.create(s)
+        return self.boot(s)
+
+    def client(self, s: HostSpec, timeout: float = 10) -> paramiko.SSHClient:
+        c = paramiko.SSHClient()
+        c.load_host_keys(str(self.known_hosts))
+        c.set_missing_host_key_policy(paramiko.RejectPolicy())
+        c.connect("127.0.0.1", port=s.ssh_port, username="root", key_filename=str(self.key), timeout=timeout,
+                  allow_agent=False, look_for_keys=False)
+        return c
+
+    def run(self, s: HostSpec, command: str, timeout: float = 600) -> tuple[int, str]:
+        """Run `command` on the host as root over SSH; returns (exit status, stdout+stderr)."""
+        with self.client(s) as c:
+            _, out, err = c.exec_command(command, timeout=timeout)
+            text = out.read().decode() + err.read().decode()
+            return out.channel.recv_exit_status(), text
+
+    def wait_ready(self, s: HostSpec, timeout: float = BOOT_TIMEOUT_S) -> str:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.pid(s) is None:
+                raise LabError(f"{s.name}: systemd-nspawn exited; see {self.host_dir(s) / 'console.log'}")
+            try:
+                rc, out = self.run(s, "systemctl is-system-running --wait; cat /proc/sys/kernel/random/boot_id",
+                                   timeout=timeout)
+                lines = out.split()
+                if lines and lines[0] in ("running", "degraded"):
+                    return lines[-1]
+                last = out
+            except (OSError, paramiko.SSHException, EOFError) as e:
+                last = repr(e)
+            time.sleep(1)
+        raise LabError(f"{s.name}: not ready after {timeout:.0f} s (last: {last.strip()[:300]})")
+
+    def boot_id(self, s: HostSpec) -> str:
+        return self.run(s, "cat /proc/sys/kernel/random/boot_id")[1].strip()
+
+    def reboot(self, s: HostSpec) -> tuple[str, str]:
+        """Reboot the host from inside (systemctl reboot ends the nspawn process), boot it again.
+
+        Returns (old boot_id, new boot_id); raises LabError if the boot_id did not change.
+        """
+        old = self.boot_id(s)
+        pid = self.pid(s)
+        try:
+            self.run(s, "systemctl reboot", timeout=30)
+        except (OSError, paramiko.SSHException, EOFError):
+            pass  # the connection may drop while the host goes down
+        self._wait_exit(s, pid, STOP_TIMEOUT_S)
+        new = self.boot(s)
+        if new == old:
+            raise LabError(f"{s.name}: boot_id unchanged after reboot ({old})")
+        return old, new
+
+    def _wait_exit(self, s: HostSpec, pid: int | None, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while pid is not None and self.pid(s) == pid and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return self.pid(s) is None
+
+    def stop(self, s: HostSpec) -> None:
+        """Power the host off: SIGTERM to our nspawn PID (orderly shutdown), SIGKILL after a timeout."""
+        pid = self.pid(s)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        if not self._wait_exit(s, pid, STOP_TIMEOUT_S):
+            os.killpg(pid, signal.SIGKILL)
+            self._wait_exit(s, pid, 10)
+
+    def destroy(self, s: HostSpec) -> None:
+        """Stop the host and delete its root filesystem (images and download caches are kept)."""
+        self.stop(s)
+        shutil.rmtree(self.host_dir(s), ignore_errors=True)
+        self._write_client_config()
+
+    def status(self) -> list[dict]:
+        """One dict per bundled host: name, suite, ssh_port, created, running, pid."""
+        return [{"name": s.name, "suite": s.suite, "ssh_port": s.ssh_port,
+                 "created": (self.host_dir(s) / "created").exists(), "running": self.pid(s) is not None,
+                 "pid": self.pid(s)} for s in HOSTS]
+
+    def pyinfra_hosts(self) -> dict[str, list[tuple[str, dict]]]:
+        """Running hosts as pyinfra inventory groups: {group: [(name, host data), ...]}."""
+        groups: dict[str, list[tuple[str, dict]]] = {}
+        for s in HOSTS:
+            if self.pid(s) is None:
+                continue
+            data = {
+                "ssh_hostname": "127.0.0.1", "ssh_port": s.ssh_port, "ssh_user": "root",
+                "ssh_key": str(self.key), "ssh_known_hosts_file": str(self.known_hosts),
+                "ssh_strict_host_key_checking": "yes", "ssh_allow_agent": False, "ssh_look_for_keys": False,
+                **s.data,
+            }
+            groups.setdefault(s.group, []).append((s.name, data))
+        return groups
+
+    def testinfra_url(self, s: HostSpec) -> str:
+        return f"paramiko://{s.name}?ssh_config={self.ssh_config}"
