@@ -1,0 +1,22 @@
+"""Turn an NVIDIA V100 box into an LLM inference server, and keep it that way.
+
+    pyinfra -y inventory/lab.py deploy.py        # the bundled lab hosts (make lab does this)
+    pyinfra -y inventory/example.py deploy.py    # your own boxes
+
+Settings: roles/settings.py (every key, default and meaning; listed in README.md).
+"""
+
+from pyinfra import host
+
+from roles import base, cuda, nvidia_driver, tuning
+from roles.preflight import preflight
+
+# 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver)
+#    are checked from read-only facts. Any refusal stops the deploy on every host before the first change.
+plan = preflight(host)
+
+# 2. Converge, in dependency order. Each role only changes what differs, so a second run changes nothing.
+base.base(plan.settings, plan.platform)                    # apt sources + components, packages, service user
+tuning.tuning(plan.settings)                               # sysctl.d, swapfile, THP at boot, open-file limits
+nvidia_driver.nvidia_driver(plan.settings, plan.driver)    # pinned + held driver, DKMS, nouveau blacklist
+cuda.cuda(plan.settings, plan.platform, plan.toolkits)     # CUDA toolkits that can build sm_70

@@ -1,0 +1,67 @@
+"""base: apt sources with the components NVIDIA's packages need, essential packages, the service user."""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import deploy, operation
+from pyinfra.facts.files import File
+from pyinfra.operations import apt, files, server
+
+from roles.facts import AptMissingLists
+from roles.platform import Platform
+from roles.settings import Settings
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+MIRRORS = {
+    "debian": ("http://deb.debian.org/debian", "http://security.debian.org/debian-security"),
+    "ubuntu": ("http://archive.ubuntu.com/ubuntu", "http://security.ubuntu.com/ubuntu"),
+}
+
+#: Packages every later role relies on (download with checksums, PCI listing, module tools).
+BASE_PACKAGES = ["ca-certificates", "curl", "gnupg", "pciutils", "kmod", "procps", "lsb-release"]
+
+#: The distribution's own source files, replaced by ours. Renamed with `.disabled`, which apt ignores silently
+#: (Dir::Ignore-Files-Silently), so the user's original content stays on the host.
+DISTRO_SOURCE_FILES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/debian.sources",
+                       "/etc/apt/sources.list.d/ubuntu.sources")
+
+
+@operation()
+def update_if_stale():
+    """apt-get update when an index that the configured sources expect is missing (new source, new component,
+    or an earlier deploy interrupted before its update). Evaluated when it runs, so it sees earlier changes."""
+    if host.get_fact(AptMissingLists):
+        yield from apt.update._inner()
+
+
+@deploy("Base")
+def base(settings: Settings, platform: Platform) -> None:
+    files.put(
+        name="apt waits for dpkg locks instead of failing",
+        src=StringIO(f'DPkg::Lock::Timeout "{settings.base_apt_lock_timeout_s}";\n'),
+        dest="/etc/apt/apt.conf.d/50v100kit-lock-timeout", mode="644",
+    )
+    mirror, security = MIRRORS[platform.family]
+    ours = f"/etc/apt/sources.list.d/v100kit-{platform.family}.sources"
+    files.template(
+        name=f"{platform.family} sources with the NVIDIA components",
+        src=str(TEMPLATES / f"{platform.family}.sources.j2"), dest=ours, mode="644",
+        mirror=settings.base_apt_mirror or mirror, security_mirror=security, codename=platform.codename,
+    )
+    for path in DISTRO_SOURCE_FILES:
+        if host.get_fact(File, path=path):
+            server.shell(name=f"disable {path} (kept as {path}.disabled)", commands=[f"mv -f {path} {path}.disabled"])
+    update_if_stale(name="apt-get update if package lists are missing")
+    apt.packages(name="essential packages", packages=BASE_PACKAGES + list(settings.base_extra_packages),
+                 no_recommends=True)
+    server.user(
+        name=f"service user {settings.base_service_user}",
+        user=settings.base_service_user, system=True, home=settings.base_service_home, create_home=True,
+        shell="/usr/sbin/nologin", groups=["video"],
+    )
+    files.directory(name="service home", path=settings.base_service_home, user=settings.base_service_user,
+                    group=settings.base_service_user, mode="750")

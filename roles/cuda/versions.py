@@ -1,0 +1,57 @@
+"""The CUDA toolkit version map: per OS and source, the toolkits the toolkit installs, with exact package
+versions and the nvcc each one provides.
+
+Debian's nvidia-cuda-toolkit entries were read with `apt-cache policy` against deb.debian.org on 2026-11-29 (H,
+installed by the lab tests). NVIDIA-repository entries follow NVIDIA's package naming (`cuda-toolkit-X-Y`,
+installed under /usr/local/cuda-X.Y side by side) (H); their exact versions and which OS repository carries
+which toolkit are M (NVIDIA's debian12 repository starts at CUDA 12.3; CUDA 12.4 predates Ubuntu 24.04 support),
+covered by plan-level tests only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Fingerprint of NVIDIA's CUDA repository signing key (3bf863cc.pub, in use since the 2022 key rotation;
+#: NVIDIA "CUDA Linux repository key rotation" notice; M). The key is verified against it before apt trusts it.
+NVIDIA_REPO_KEY_FINGERPRINT = "EB693B3035CD5710E231E123A4B469963BF863CC"
+NVIDIA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos/{repo}/x86_64/"
+#: NVIDIA's repository directory per platform id.
+NVIDIA_REPOS = {"debian12": "debian12", "ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404"}
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """One installable CUDA toolkit: `version` ('12.4'), `source`, `packages` {apt name: exact version},
+    `nvcc` (absolute path of its compiler) and `home` (CUDA_HOME, None for Debian's split layout)."""
+
+    version: str
+    source: str
+    packages: dict[str, str]
+    nvcc: str
+    home: str | None
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+
+def _nvidia(version: str, package_version: str) -> Toolkit:
+    home = f"/usr/local/cuda-{version}"
+    return Toolkit(version, "nvidia", {f"cuda-toolkit-{version.replace('.', '-')}": package_version},
+                   f"{home}/bin/nvcc", home)
+
+
+#: platform id -> the distribution's own toolkit (one per release).
+DISTRO_TOOLKITS: dict[str, Toolkit] = {
+    "debian12": Toolkit("11.8", "distro", {"nvidia-cuda-toolkit": "11.8.89~11.8.0-5~deb12u1"}, "/usr/bin/nvcc", None),
+    "debian13": Toolkit("12.4", "distro", {"nvidia-cuda-toolkit": "12.4.131~12.4.1-2"}, "/usr/bin/nvcc", None),
+}
+
+#: (platform id, version) -> toolkit from NVIDIA's repository. The first per platform is that source's default.
+NVIDIA_TOOLKITS: dict[tuple[str, str], Toolkit] = {
+    ("debian12", "12.4"): _nvidia("12.4", "12.4.1-1"),
+    ("ubuntu2204", "12.4"): _nvidia("12.4", "12.4.1-1"),
+    ("ubuntu2204", "11.7"): _nvidia("11.7", "11.7.1-1"),
+    ("ubuntu2404", "12.6"): _nvidia("12.6", "12.6.3-1"),
+}

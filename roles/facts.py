@@ -1,0 +1,70 @@
+"""Host facts shared by several roles: what kind of machine this is and what it lets a deploy change live."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+
+class HostTraits(FactBase):
+    """What the host allows, read without changing anything.
+
+    Returns a dict:
+        virt: container type from `systemd-detect-virt --container` ('none' on bare metal or a VM),
+        kernel: `uname -r`,
+        sysctl_writable: /proc/sys accepts writes (False in containers: read-only /proc/sys),
+        thp_writable: /sys/kernel/mm/transparent_hugepage/enabled accepts writes,
+        modules_loadable: not a container and /lib/modules/<running kernel> exists,
+        nouveau_loaded: the nouveau module is loaded (it then owns the GPU until a reboot),
+        thp_mode: the transparent hugepage mode in effect ('always' | 'madvise' | 'never' | '').
+    """
+
+    def command(self) -> str:
+        return (
+            "echo virt=$(systemd-detect-virt --container 2>/dev/null || echo none); "
+            "echo kernel=$(uname -r); "
+            "test -w /proc/sys/vm/swappiness && echo sysctl_writable=1 || echo sysctl_writable=0; "
+            "test -w /sys/kernel/mm/transparent_hugepage/enabled && echo thp_writable=1 || echo thp_writable=0; "
+            "test -d /lib/modules/$(uname -r) && echo modules_dir=1 || echo modules_dir=0; "
+            "test -d /sys/module/nouveau && echo nouveau_loaded=1 || echo nouveau_loaded=0; "
+            "echo thp_mode=$(sed 's/.*\\[\\(.*\\)\\].*/\\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
+        )
+
+    def process(self, output: list[str]) -> dict:
+        raw = dict(line.split("=", 1) for line in output if "=" in line)
+        virt = raw.get("virt", "none") or "none"
+        return {
+            "virt": virt,
+            "kernel": raw.get("kernel", ""),
+            "sysctl_writable": raw.get("sysctl_writable") == "1",
+            "thp_writable": raw.get("thp_writable") == "1",
+            "modules_loadable": virt == "none" and raw.get("modules_dir") == "1",
+            "nouveau_loaded": raw.get("nouveau_loaded") == "1",
+            "thp_mode": raw.get("thp_mode", ""),
+        }
+
+
+class AptMissingLists(FactBase):
+    """Package index files that the configured apt sources expect but that are not downloaded yet.
+
+    Returns a list of paths under /var/lib/apt/lists; non-empty after a source or component was added and
+    `apt-get update` has not run since (also after an interrupted deploy), empty when the lists are complete.
+    """
+
+    def command(self) -> str:
+        return ("apt-get indextargets --format '$(FILENAME)' 'Created-By: Packages' | "
+                "while read -r f; do ls \"$f\"* >/dev/null 2>&1 || echo \"$f\"; done")
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line for line in output if line.strip()]
+
+
+class AptHolds(FactBase):
+    """Packages marked hold (`apt-mark showhold`), as a sorted list of names."""
+
+    default = list
+
+    def command(self) -> str:
+        return "apt-mark showhold"
+
+    def process(self, output: list[str]) -> list[str]:
+        return sorted(line.split(":")[0].strip() for line in output if line.strip())

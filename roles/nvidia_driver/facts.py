@@ -1,0 +1,90 @@
+"""Facts for the nvidia_driver role. Each works on a host without a GPU (then it reports nothing loaded)."""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+
+class NvidiaGpus(FactBase):
+    """GPUs as the loaded driver sees them (`nvidia-smi --query-gpu`); [] without a driver or GPU.
+
+    Each entry: {'index': int, 'name': str, 'compute_cap': str ('7.0'), 'memory_mib': int,
+    'persistence_mode': bool, 'driver_version': str}.
+    """
+
+    default = list
+
+    def command(self) -> str:
+        return ("nvidia-smi --query-gpu=index,name,compute_cap,memory.total,persistence_mode,driver_version "
+                "--format=csv,noheader,nounits 2>/dev/null || true")
+
+    def process(self, output: list[str]) -> list[dict]:
+        gpus = []
+        for line in output:
+            f = [x.strip() for x in line.split(",")]
+            if len(f) == 6 and f[0].isdigit():
+                gpus.append({"index": int(f[0]), "name": f[1], "compute_cap": f[2], "memory_mib": int(float(f[3])),
+                             "persistence_mode": f[4] == "Enabled", "driver_version": f[5]})
+        return gpus
+
+
+class LoadedNvidiaModule(FactBase):
+    """Version of the loaded nvidia kernel module (/sys/module/nvidia/version), or None when not loaded."""
+
+    def command(self) -> str:
+        return "cat /sys/module/nvidia/version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return output[0].strip() if output and output[0].strip() else None
+
+
+class InstalledKernels(FactBase):
+    """Kernels installed on the host: {version: headers installed (bool)}, from /boot/vmlinuz-* and
+    /usr/src/linux-headers-<version> (or /lib/modules/<version>/build)."""
+
+    default = dict
+
+    def command(self) -> str:
+        return ("for k in /boot/vmlinuz-*; do [ -e \"$k\" ] || continue; v=${k#/boot/vmlinuz-}; "
+                "if [ -e /lib/modules/$v/build/Makefile ] || [ -d /usr/src/linux-headers-$v ]; "
+                "then echo \"$v 1\"; else echo \"$v 0\"; fi; done")
+
+    def process(self, output: list[str]) -> dict[str, bool]:
+        return {line.split()[0]: line.split()[1] == "1" for line in output if len(line.split()) == 2}
+
+
+class DkmsStatus(FactBase):
+    """`dkms status` as a list of {'module', 'version', 'kernel' (None if only added), 'state'}."""
+
+    default = list
+
+    def command(self) -> str:
+        return "dkms status 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[dict]:
+        rows = []
+        for line in output:
+            if ":" not in line:
+                continue
+            head, state = line.rsplit(":", 1)
+            parts = [p.strip() for p in head.split(",")]
+            module, _, version = parts[0].partition("/")
+            if not version and len(parts) > 1:  # old format: "module, version, kernel, arch"
+                version = parts.pop(1)
+            rows.append({"module": module, "version": version,
+                         "kernel": parts[1] if len(parts) > 1 else None, "state": state.strip().split()[0]})
+        return rows
+
+
+class InitramfsLacking(FactBase):
+    """Initramfs images (/boot/initrd.img-<version>) that do not contain `path`: a list of kernel versions."""
+
+    default = list
+
+    def command(self, path: str) -> str:
+        rel = path.lstrip("/")
+        return ("for i in /boot/initrd.img-*; do [ -e \"$i\" ] || continue; "
+                f"lsinitramfs \"$i\" 2>/dev/null | grep -qx '{rel}' || echo \"${{i#/boot/initrd.img-}}\"; done")
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.strip() for line in output if line.strip()]

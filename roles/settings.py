@@ -1,0 +1,160 @@
+"""The one typed settings model: every setting of every role, its default and a one-line explanation.
+
+Settings come from pyinfra host data (inventory, group_data/*.py, --data). They are validated once per host,
+before any operation is added, by `load_settings`; a wrong type, an out-of-range value or an unknown key (a
+typo) raises `SettingsError`, which stops the whole deploy before the first change to any host. Each setting is
+prefixed by the role that reads it. The README's settings table is generated from this module
+(`python -m roles.settings`) and a test keeps the two in sync.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pyinfra.api.exceptions import PyinfraError
+
+# Host data keys that belong to pyinfra and its connectors, not to this toolkit.
+_PYINFRA_PREFIXES = ("ssh_", "_", "winrm_", "docker_", "dockerssh_", "chroot_", "local_", "terraform_",
+                     "vagrant_", "fake_")
+
+CudaVersion = Annotated[str, Field(pattern=r"^\d{2}\.\d$", description="major.minor, e.g. '12.4'")]
+
+
+class Settings(BaseModel):
+    """All settings. Units are in the names (_gib = GiB, _s = seconds). None means "chosen per OS" as described."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    # -- GPU --------------------------------------------------------------------------------------------
+    gpu_compute_capability: str = Field(
+        "7.0", pattern=r"^\d+\.\d$",
+        description="compute capability of the box's GPUs, used where no driver is loaded yet (V100: 7.0)")
+
+    # -- base -------------------------------------------------------------------------------------------
+    base_apt_mirror: str | None = Field(
+        None, description="distribution mirror URL; None: deb.debian.org / archive.ubuntu.com")
+    base_extra_packages: list[str] = Field(
+        default_factory=list, description="extra apt packages to install on every host")
+    base_service_user: str = Field(
+        "llm", pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
+        description="unprivileged system user that the inference services run as")
+    base_service_home: str = Field(
+        "/var/lib/llm", pattern=r"^/", description="home of the service user (models, venvs and builds live here)")
+    base_apt_lock_timeout_s: int = Field(
+        300, ge=0, le=3600, description="how long apt waits for a dpkg lock held by another apt run")
+
+    # -- tuning -----------------------------------------------------------------------------------------
+    tuning_swappiness: int = Field(10, ge=0, le=200, description="vm.swappiness")
+    tuning_nr_hugepages: int = Field(0, ge=0, le=1_000_000, description="vm.nr_hugepages (2 MiB pages reserved)")
+    tuning_sysctl_extra: dict[str, int | str] = Field(
+        default_factory=lambda: {"vm.max_map_count": 1048576, "net.core.somaxconn": 4096},
+        description="further kernel settings written to the same sysctl.d file")
+    tuning_swap_size_gib: float = Field(8, ge=0, le=4096, description="swapfile size in GiB; 0: no swapfile")
+    tuning_swap_file: str = Field("/swapfile", pattern=r"^/[^\s]+$", description="swapfile path")
+    tuning_thp_mode: Literal["always", "madvise", "never"] = Field(
+        "madvise", description="transparent hugepage mode, applied at every boot")
+    tuning_nofile_limit: int = Field(
+        1048576, ge=1024, le=1073741816, description="open-file limit (soft and hard) of the service user")
+
+    # -- nvidia_driver ----------------------------------------------------------------------------------
+    nvidia_driver_source: Literal["distro", "nvidia"] = Field(
+        "distro", description="distro: Debian non-free / Ubuntu restricted (-server); nvidia: NVIDIA's CUDA repo")
+    nvidia_driver_version: str | None = Field(
+        None, pattern=r"^\d{3}\.\d{2,3}(\.\d{2})?$",
+        description="exact driver version; None: the pinned default for the OS and source (README table)")
+    nvidia_driver_kernel_module: Literal["proprietary", "open"] = Field(
+        "proprietary", description="kernel module flavour; open needs compute capability >= 7.5 (refused on V100)")
+    nvidia_driver_headers_package: str | None = Field(
+        None, description="kernel headers metapackage; None: derived from the installed kernel metapackage")
+    nvidia_driver_reboot: bool = Field(
+        False, description="reboot when the running module must change (else the deploy says a reboot is due)")
+
+    # -- cuda -------------------------------------------------------------------------------------------
+    cuda_source: Literal["distro", "nvidia"] | None = Field(
+        None, description="distro: nvidia-cuda-toolkit (Debian); nvidia: NVIDIA's repo; None: distro on Debian, "
+                          "nvidia on Ubuntu")
+    cuda_versions: list[CudaVersion] | None = Field(
+        None, description="toolkits to install side by side; None: the source's default for the OS")
+    cuda_default_version: CudaVersion | None = Field(
+        None, description="toolkit that /usr/local/cuda and login shells use; None: the first of cuda_versions")
+    cuda_allow_minor_version_compat: bool = Field(
+        False, description="allow a toolkit newer than the driver through CUDA minor-version compatibility")
+
+    @field_validator("tuning_sysctl_extra")
+    @classmethod
+    def _sysctl_keys(cls, v: dict[str, int | str]) -> dict[str, int | str]:
+        for key, value in v.items():
+            if not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_-]+)+", key):
+                raise ValueError(f"{key!r} is not a sysctl key like 'vm.max_map_count'")
+            if key in ("vm.swappiness", "vm.nr_hugepages"):
+                raise ValueError(f"{key!r} has its own setting (tuning_{key.split('.')[1]})")
+            if "\n" in str(value):
+                raise ValueError(f"value of {key!r} contains a newline")
+        return v
+
+    @field_validator("base_extra_packages")
+    @classmethod
+    def _package_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?", name):
+                raise ValueError(f"{name!r} is not an apt package name (optionally name=version)")
+        return v
+
+
+class SettingsError(PyinfraError):
+    """A setting is invalid or impossible for this host. Raised before any operation runs.
+
+    The message names the host, each offending key, its value, what is allowed and the fix.
+    """
+
+    def __init__(self, host_name: str, problems: list[str]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid settings for host {host_name}, nothing was changed:\n{lines}")
+
+
+def problem(key: str, value: Any, why: str, fix: str) -> str:
+    """One line of a SettingsError: `key = value: why. fix: ...`."""
+    return f"{key} = {value!r}: {why}. Fix: {fix}"
+
+
+def load_settings(host_name: str, data: dict[str, Any]) -> Settings:
+    """Validate a host's data into Settings.
+
+    `data` is the host's pyinfra data as a dict (all groups merged). Keys owned by pyinfra (ssh_*, _*, ...) are
+    ignored. Raises SettingsError listing every problem at once.
+    """
+    ours = {k: v for k, v in data.items() if not k.startswith(_PYINFRA_PREFIXES)}
+    try:
+        return Settings(**ours)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            key = str(err["loc"][0]) if err["loc"] else "?"
+            value = ours.get(key) if len(err["loc"]) == 1 else err.get("input")
+            if err["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(key, Settings.model_fields, n=1)
+                fix = f"did you mean {close[0]!r}? Rename it" if close else "remove it"
+                problems.append(problem(key, value, "unknown setting", fix + " (settings are listed in README.md)"))
+            else:
+                where = ".".join(str(p) for p in err["loc"])
+                problems.append(problem(where, value, err["msg"],
+                                        f"set {key} to a valid value ({Settings.model_fields[key].description}; "
+                                        f"default {Settings.model_fields[key].get_default(call_default_factory=True)!r})"))
+        raise SettingsError(host_name, problems) from None
+
+
+def settings_table() -> str:
+    """The README's settings table (markdown): setting, default, meaning."""
+    rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
+    for name, f in Settings.model_fields.items():
+        default = f.get_default(call_default_factory=True)
+        rows.append(f"| `{name}` | `{default!r}` | {f.description} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(settings_table())
