@@ -43,19 +43,24 @@ class HostTraits(FactBase):
         }
 
 
-class AptMissingLists(FactBase):
-    """Package index files that the configured apt sources expect but that are not downloaded yet.
+SOURCES_GLOB = "/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources"
+SOURCES_STAMP = "/var/lib/apt/lists/v100kit-sources.sha256"
 
-    Returns a list of paths under /var/lib/apt/lists; non-empty after a source or component was added and
-    `apt-get update` has not run since (also after an interrupted deploy), empty when the lists are complete.
+
+class AptSourcesChanged(FactBase):
+    """True when the apt sources differ from those of the last `apt-get update` run by this toolkit.
+
+    Compares a sha256 of every sources file with the stamp written after that update, so it is True after a source
+    or component was added and stays True until an update succeeds (also after an interrupted deploy). apt's own
+    index files cannot tell: empty indexes are not stored and their mtimes come from the mirror.
     """
 
     def command(self) -> str:
-        return ("apt-get indextargets --format '$(FILENAME)' 'Created-By: Packages' | "
-                "while read -r f; do ls \"$f\"* >/dev/null 2>&1 || echo \"$f\"; done")
+        return (f"a=$(cat {SOURCES_GLOB} 2>/dev/null | sha256sum | cut -d' ' -f1); "
+                f"b=$(cat {SOURCES_STAMP} 2>/dev/null); [ \"$a\" = \"$b\" ] && echo same || echo changed")
 
-    def process(self, output: list[str]) -> list[str]:
-        return [line for line in output if line.strip()]
+    def process(self, output: list[str]) -> bool:
+        return output[-1].strip() != "same"
 
 
 class AptHolds(FactBase):

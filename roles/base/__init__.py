@@ -10,7 +10,7 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server
 
-from roles.facts import AptMissingLists
+from roles.facts import SOURCES_GLOB, SOURCES_STAMP, AptSourcesChanged
 from roles.platform import Platform
 from roles.settings import Settings
 
@@ -32,10 +32,11 @@ DISTRO_SOURCE_FILES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/debian.
 
 @operation()
 def update_if_stale():
-    """apt-get update when an index that the configured sources expect is missing (new source, new component,
-    or an earlier deploy interrupted before its update). Evaluated when it runs, so it sees earlier changes."""
-    if host.get_fact(AptMissingLists):
+    """apt-get update when the sources changed since the last update (new source or component, or an earlier
+    deploy interrupted before its update). Evaluated when it runs, so it sees the changes made before it."""
+    if host.get_fact(AptSourcesChanged):
         yield from apt.update._inner()
+        yield f"cat {SOURCES_GLOB} 2>/dev/null | sha256sum | cut -d' ' -f1 > {SOURCES_STAMP}"
 
 
 @deploy("Base")
@@ -55,7 +56,7 @@ def base(settings: Settings, platform: Platform) -> None:
     for path in DISTRO_SOURCE_FILES:
         if host.get_fact(File, path=path):
             server.shell(name=f"disable {path} (kept as {path}.disabled)", commands=[f"mv -f {path} {path}.disabled"])
-    update_if_stale(name="apt-get update if package lists are missing")
+    update_if_stale(name="apt-get update if the sources changed")
     apt.packages(name="essential packages", packages=BASE_PACKAGES + list(settings.base_extra_packages),
                  no_recommends=True)
     server.user(

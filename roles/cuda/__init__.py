@@ -117,7 +117,7 @@ def cuda(settings: Settings, platform: Platform, toolkits: list[Toolkit]) -> Non
         nvidia_repo_key(name="NVIDIA repository key (fingerprint checked)", url=url)
         files.template(name="NVIDIA CUDA repository", src=str(TEMPLATES / "cuda.sources.j2"),
                        dest="/etc/apt/sources.list.d/v100kit-cuda.sources", mode="644", url=url, keyring=KEYRING)
-        update_if_stale(name="apt-get update if package lists are missing")
+        update_if_stale(name="apt-get update if the sources changed")
     for tk in toolkits:
         apt.packages(name=f"CUDA {tk.version} ({tk.source})", no_recommends=True,
                      packages=[f"{n}={v}" for n, v in sorted(tk.packages.items())])

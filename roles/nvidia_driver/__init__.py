@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy, operation
-from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.server import Command
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.facts import AptHolds, HostTraits
@@ -27,6 +27,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 BLACKLIST = "/etc/modprobe.d/v100kit-blacklist-nouveau.conf"
 PREFERENCES = "/etc/apt/preferences.d/v100kit-nvidia-driver"
 UNATTENDED = "/etc/apt/apt.conf.d/51v100kit-unattended-upgrades"
+REBOOT_DELAY_S = 10  # seconds pyinfra waits after `reboot` before reconnecting
 #: Name prefixes of every NVIDIA driver package family (Debian, Ubuntu -server, NVIDIA's repo).
 DRIVER_NAME_PATTERNS = ("^nvidia-", "^libnvidia-", "^libcuda1", "^cuda-drivers", "^firmware-nvidia",
                         "^xserver-xorg-video-nvidia")
@@ -108,19 +109,23 @@ def hold(packages: list[str]):
 
 @operation()
 def dkms_for_every_kernel(module_prefix: str):
-    """Build the DKMS module for every installed kernel that has headers and lacks it, so the next boot into any
-    of them comes up with a driver. Kernels without headers are reported (the headers metapackage covers new
-    kernels; an old kernel without headers needs its headers installed by hand)."""
-    built = {(r["kernel"]) for r in host.get_fact(DkmsStatus)
+    """Headers and the DKMS module for every installed kernel, so the next boot into any of them comes up with a
+    driver. The headers metapackage only follows the newest kernel; an installed older kernel gets its own
+    linux-headers-<version> where the archive still has it, and is reported where it does not."""
+    built = {r["kernel"] for r in host.get_fact(DkmsStatus)
              if r["module"].startswith(module_prefix) and r["state"] == "installed"}
     for kernel, has_headers in sorted(host.get_fact(InstalledKernels).items()):
         if kernel in built:
             continue
-        if has_headers:
-            yield f"dkms autoinstall -k {kernel}"
-        else:
-            logger.warning(f"[{host.name}] nvidia_driver: kernel {kernel} has no headers installed; no module "
-                           f"can be built for it (install linux-headers-{kernel})")
+        if not has_headers:
+            if not host.get_fact(Command, command=f"apt-cache show linux-headers-{kernel} >/dev/null 2>&1 && echo y"
+                                                  " || true"):
+                logger.warning(f"[{host.name}] nvidia_driver: kernel {kernel} has no headers and the archive has no "
+                               f"linux-headers-{kernel}: no module can be built for it; remove that kernel or "
+                               "install its headers by hand")
+                continue
+            yield f"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends linux-headers-{kernel}"
+        yield f"dkms autoinstall -k {kernel}"
 
 
 @operation()
@@ -147,7 +152,7 @@ def module_loaded(version: str, allow_reboot: bool):
     why = "nouveau owns the GPU" if traits["nouveau_loaded"] else f"module {loaded} is loaded, pinned {version}"
     if allow_reboot:
         logger.warning(f"[{host.name}] nvidia_driver: rebooting: {why}")
-        yield from server.reboot._inner(delay=10, reboot_timeout=600)
+        yield from server.reboot._inner(delay=REBOOT_DELAY_S, reboot_timeout=600)
     else:
         logger.warning(f"[{host.name}] nvidia_driver: REBOOT REQUIRED ({why}); reboot, or deploy again with "
                        "nvidia_driver_reboot: true")

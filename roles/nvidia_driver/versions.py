@@ -59,10 +59,11 @@ DRIVER_PINS: dict[tuple[str, str], tuple[DriverPin, ...]] = {
                                     "nvidia-modprobe": "535.161.07-1~deb12u1"}),),
     ("debian13", "distro"): (
         _debian("550.163.01", "2", {"nvidia-persistenced": "550.163.01-1", "nvidia-modprobe": "570.133.07-1"}),),
-    ("ubuntu2204", "distro"): (_ubuntu_server("535.274.02", 535, "0ubuntu0.22.04.1"),
-                               _ubuntu_server("570.195.03", 570, "0ubuntu0.22.04.1")),
-    ("ubuntu2404", "distro"): (_ubuntu_server("535.274.02", 535, "0ubuntu0.24.04.1"),
-                               _ubuntu_server("570.195.03", 570, "0ubuntu0.24.04.1")),
+    # R580 is the default on Ubuntu: the last branch with Volta, LTSB until 2028-08 (R535 ended 2026-06).
+    ("ubuntu2204", "distro"): (_ubuntu_server("580.95.05", 580, "0ubuntu0.22.04.1"),
+                               _ubuntu_server("535.274.02", 535, "0ubuntu0.22.04.1")),
+    ("ubuntu2404", "distro"): (_ubuntu_server("580.95.05", 580, "0ubuntu0.24.04.1"),
+                               _ubuntu_server("535.274.02", 535, "0ubuntu0.24.04.1")),
     ("debian12", "nvidia"): (_nvidia_repo("550.54.15", "debian"), _nvidia_repo("580.95.05", "debian")),
     ("ubuntu2204", "nvidia"): (_nvidia_repo("550.54.15", "ubuntu"), _nvidia_repo("580.95.05", "ubuntu")),
     ("ubuntu2404", "nvidia"): (_nvidia_repo("580.95.05", "ubuntu"),),

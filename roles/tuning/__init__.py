@@ -96,4 +96,4 @@ def tuning(settings: Settings) -> None:
 
     files.template(name="open-file limit of the service user", src=str(TEMPLATES / "limits.conf.j2"),
                    dest="/etc/security/limits.d/60-v100kit.conf", mode="644",
-                   user=settings.base_service_user, limit=settings.tuning_nofile_limit)
+                   service_user=settings.base_service_user, limit=settings.tuning_nofile_limit)

@@ -1,0 +1,50 @@
+"""Lab fixtures: one provision per test run, shared by every check; one testinfra host per bundled lab host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import testinfra
+
+from lab.harness import HOSTS, HostSpec
+from roles import cuda, nvidia_driver
+from roles.cuda.versions import Toolkit
+from roles.nvidia_driver import DriverPlan
+from roles.platform import SUPPORTED
+from roles.settings import Settings, load_settings
+from tests.lab.provision import Provision, provision
+
+SUITE_PLATFORM = {"bookworm": "debian12", "trixie": "debian13"}
+
+
+@pytest.fixture(scope="session")
+def provisioned() -> Provision:
+    p = provision()
+    if p.first.rc != 0:
+        pytest.fail(f"lab deploy failed (rc {p.first.rc}); log: build/lab-logs/deploy-1.log\n{p.first.stderr[-4000:]}")
+    return p
+
+
+@dataclass
+class Target:
+    """A provisioned lab host: its spec, a testinfra host, and what the settings say it should have."""
+
+    spec: HostSpec
+    host: testinfra.host.Host
+    settings: Settings
+    driver: DriverPlan
+    toolkits: list[Toolkit]
+
+
+@pytest.fixture(scope="session", params=HOSTS, ids=[s.name for s in HOSTS])
+def target(request, provisioned) -> Target:
+    spec: HostSpec = request.param
+    platform = SUPPORTED[SUITE_PLATFORM[spec.suite]]
+    settings = load_settings(spec.name, spec.data)
+    installed = {"linux-image-amd64": ["lab image"]}
+    driver, problems = nvidia_driver.plan(settings, platform, installed)
+    toolkits, cuda_problems = cuda.plan(settings, platform, driver.pin)
+    assert not problems and not cuda_problems
+    host = testinfra.get_host(provisioned.lab.testinfra_url(spec))
+    return Target(spec, host, settings, driver, toolkits)

@@ -1,0 +1,71 @@
+"""Provision the bundled lab hosts once and record what happened: used by the lab tests and by `make lab`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.harness import HOSTS, Lab, HostSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
+LOGS = ROOT / "build" / "lab-logs"
+
+
+@dataclass
+class DeployRun:
+    """One `pyinfra --json` run: exit code, wall time in seconds, per-host changed/unchanged operation counts."""
+
+    rc: int
+    seconds: float
+    changed: dict[str, int] = field(default_factory=dict)
+    unchanged: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    stderr: str = ""
+
+
+def deploy(label: str, extra_args: list[str] | None = None) -> DeployRun:
+    """Run deploy.py against the running lab hosts with `pyinfra -y --json`; stderr is kept under build/lab-logs."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    res = subprocess.run([PYINFRA, "-y", "--json", *(extra_args or []), "inventory/lab.py", "deploy.py"],
+                         cwd=ROOT, capture_output=True, text=True)
+    run = DeployRun(res.returncode, time.monotonic() - t0, stderr=res.stderr)
+    (LOGS / f"{label}.log").write_text(res.stderr + "\n" + res.stdout)
+    try:
+        results = json.loads(res.stdout)["results"]["operations"]
+    except (ValueError, KeyError, TypeError):
+        return run
+    for op in results:
+        for key, bucket in (("success", run.changed), ("no_change", run.unchanged), ("error", run.errors)):
+            for h in op.get(key, []):
+                bucket[h] = bucket.get(h, 0) + 1
+    return run
+
+
+@dataclass
+class Provision:
+    lab: Lab
+    up_seconds: float
+    first: DeployRun
+    second: DeployRun
+    reboots: dict[str, tuple[str, str]]
+
+
+def provision(hosts: tuple[HostSpec, ...] = HOSTS, reboot: bool = True) -> Provision:
+    """Boot the lab hosts, deploy, deploy again (must change nothing), then reboot every host so that all later
+    checks see what survives a reboot."""
+    lab = Lab()
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        list(pool.map(lab.up, hosts))
+    up_seconds = time.monotonic() - t0
+    first = deploy("deploy-1")
+    second = deploy("deploy-2") if first.rc == 0 else first
+    reboots = {s.name: lab.reboot(s) for s in hosts} if reboot and first.rc == 0 else {}
+    return Provision(lab, up_seconds, first, second, reboots)

@@ -1,0 +1,60 @@
+"""The deploy as a whole on real lab hosts: idempotency, reboots, and refusals that change nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.harness import HOSTS
+from tests.lab.provision import deploy
+
+
+def test_first_deploy_changed_every_host(provisioned):
+    assert provisioned.first.rc == 0
+    assert set(provisioned.first.changed) == {s.name for s in HOSTS}
+    assert not provisioned.first.errors
+
+
+def test_second_deploy_changes_nothing(provisioned):
+    second = provisioned.second
+    assert second.rc == 0, second.stderr[-2000:]
+    assert second.changed == {}, f"operations that changed on the second run: {second.changed}"
+    assert set(second.unchanged) == {s.name for s in HOSTS}
+
+
+def test_every_host_was_rebooted(provisioned):
+    """All checks in this suite run after this reboot: what they see survived it."""
+    for s in HOSTS:
+        old, new = provisioned.reboots[s.name]
+        assert old != new
+
+
+def test_deploy_after_reboot_changes_nothing(provisioned):
+    run = deploy("deploy-after-reboot")
+    assert run.rc == 0 and run.changed == {}, run.changed
+
+
+SNAPSHOT = ("(dpkg-query -W -f '${Package} ${Version} ${Status}\\n'; apt-mark showhold; "
+            "find /etc /opt /usr/local /var/lib/llm -xdev \\( -type f -o -type l \\) -printf '%p %s %T@\\n' "
+            "2>/dev/null; systemctl list-unit-files --no-legend) | sort | sha256sum")
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"cuda_verions": ["12.4"]}, "cuda_verions"),                          # a typo
+    ({"tuning_swappiness": "lots"}, "tuning_swappiness"),                  # wrong type
+    ({"tuning_thp_mode": "sometimes"}, "tuning_thp_mode"),                 # not an allowed value
+    ({"nvidia_driver_version": "590.44.01"}, "nvidia_driver_version"),     # branch without Volta
+    ({"nvidia_driver_kernel_module": "open"}, "nvidia_driver_kernel_module"),  # open module below cc 7.5
+    ({"cuda_versions": ["13.0"]}, "cuda_versions"),                        # CUDA 13 cannot build sm_70
+    # field case: a toolkit newer than the driver ("PTX was compiled with an unsupported toolchain")
+    ({"cuda_source": "nvidia", "cuda_versions": ["12.4"]}, "cuda_versions"),
+])
+def test_bad_settings_refused_before_any_change(provisioned, tmp_path, data, key):
+    spec = HOSTS[0]  # bookworm: driver 535
+    lab = provisioned.lab
+    before = lab.run(spec, SNAPSHOT)[1]
+    (tmp_path / f"{spec.group}.py").write_text("".join(f"{k} = {v!r}\n" for k, v in data.items()))
+    run = deploy(f"refused-{key}", ["--group-data", str(tmp_path), "--limit", spec.name])
+    assert run.rc != 0
+    assert key in run.stderr and "Fix:" in run.stderr, run.stderr[-2000:]
+    assert run.changed == {}
+    assert lab.run(spec, SNAPSHOT)[1] == before

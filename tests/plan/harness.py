@@ -1,0 +1,70 @@
+"""Plan-level test harness: pyinfra's own @fake connector, facts in, commands out.
+
+For paths that cannot run here (Ubuntu's archive, NVIDIA's repository, a real GPU), a fake host answers the
+fact commands with canned output (`responses`: substring or re.Pattern of the command -> stdout lines) and
+records every command that the real deploy.py would run on it. Nothing is executed anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operations import run_ops
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra_cli.util import load_deploy_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+UBUNTU_2204 = ["NAME=\"Ubuntu\"", "VERSION_ID=\"22.04\"", "ID=ubuntu", "ID_LIKE=debian",
+               "PRETTY_NAME=\"Ubuntu 22.04.5 LTS\"", "VERSION_CODENAME=jammy"]
+UBUNTU_2404 = ["NAME=\"Ubuntu\"", "VERSION_ID=\"24.04\"", "ID=ubuntu", "ID_LIKE=debian",
+               "PRETTY_NAME=\"Ubuntu 24.04.3 LTS\"", "VERSION_CODENAME=noble"]
+DEBIAN_12 = ["PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"", "VERSION_ID=\"12\"", "ID=debian",
+             "VERSION_CODENAME=bookworm"]
+
+#: A bare-metal Ubuntu box with a kernel metapackage installed and nothing of NVIDIA yet.
+BARE_METAL = {
+    "systemd-detect-virt": ["virt=none", "kernel=6.8.0-45-generic", "sysctl_writable=1", "thp_writable=1",
+                            "modules_dir=1", "nouveau_loaded=0", "thp_mode=always"],
+    "dpkg -l": ["ii  linux-image-generic  6.8.0.45.45  amd64  Generic Linux kernel image"],
+    "uname -s": ["Linux"],
+    "command -v": ["/usr/bin/found"],  # every tool the operations look for is installed
+}
+
+
+def plan_commands(os_release: list[str], data: dict | None = None, responses: dict | None = None,
+                  stops_early: bool = False) -> list[str]:
+    """Run deploy.py against one fake host; return the commands it would execute, in order.
+
+    Raises what deploy.py raises (SettingsError for refused settings) before any command is recorded.
+    `stops_early`: the plan is expected to end in a failed operation (a fake host cannot come back from a
+    reboot); return the commands recorded up to there instead of raising.
+    """
+    fake = dict(responses or {})
+    fake.setdefault("cat /etc/os-release", os_release)
+    for k, v in BARE_METAL.items():
+        fake.setdefault(k, v)
+    inventory = Inventory(([("@fake/box", {"fake_responses": fake, "fake_delay": 0, "fake_delay_jitter": 0,
+                                           **(data or {})})], {}))
+    state = State(inventory, Config())
+    state.init(inventory, Config())
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with ctx_state.use(state):
+            connect_all(state)
+            load_deploy_file(state, str(ROOT / "deploy.py"))
+            try:
+                run_ops(state)
+            except PyinfraError:
+                if not stops_early:
+                    raise
+    finally:
+        os.chdir(cwd)
+    host = inventory.get_host("@fake/box")
+    with ctx_host.use(host):
+        return list(host.connector.executed_commands)

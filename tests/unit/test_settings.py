@@ -1,0 +1,81 @@
+"""The settings model and the version maps (fast: no host)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from roles import cuda, nvidia_driver
+from roles.cuda.versions import DISTRO_TOOLKITS, NVIDIA_TOOLKITS
+from roles.nvidia_driver.versions import DRIVER_PINS
+from roles.platform import SUPPORTED
+from roles.settings import Settings, SettingsError, load_settings, settings_table
+from roles.volta import LAST_CUDA_MAJOR_FOR_SM70, LAST_VOLTA_DRIVER_BRANCH
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_defaults_validate_and_pyinfra_keys_are_ignored():
+    s = load_settings("h", {"ssh_port": 2201, "_sudo": True, "fake_delay": 0})
+    assert s == Settings()
+
+
+def test_typo_is_refused_with_the_closest_key():
+    with pytest.raises(SettingsError) as e:
+        load_settings("box1", {"tuning_swapiness": 5})
+    msg = str(e.value)
+    assert "box1" in msg and "tuning_swapiness = 5" in msg and "did you mean 'tuning_swappiness'" in msg
+
+
+def test_every_problem_is_reported_at_once_with_key_value_and_fix():
+    with pytest.raises(SettingsError) as e:
+        load_settings("h", {"tuning_swappiness": 500, "tuning_thp_mode": "sometimes", "base_service_user": "Root!"})
+    assert len(e.value.problems) == 3
+    for p in e.value.problems:
+        assert re.match(r"^\w+ = .+: .+\. Fix: .+", p), p
+    assert any("tuning_swappiness = 500" in p and "less than or equal to 200" in p for p in e.value.problems)
+
+
+def test_sysctl_extra_cannot_shadow_its_own_settings():
+    with pytest.raises(SettingsError, match="tuning_swappiness"):
+        load_settings("h", {"tuning_sysctl_extra": {"vm.swappiness": 1}})
+
+
+def test_readme_lists_every_setting_with_its_default():
+    assert settings_table() in README.read_text(), "README settings table is stale: python -m roles.settings"
+
+
+def test_no_pinned_driver_drops_volta_or_is_open():
+    for (platform, source), pins in DRIVER_PINS.items():
+        for pin in pins:
+            assert pin.branch <= LAST_VOLTA_DRIVER_BRANCH, (platform, pin.version)
+            assert not [n for n in pin.packages if re.search(r"(^|-)open(-|$)", n)], (platform, pin.packages)
+            assert all(v.startswith(pin.version) for n, v in pin.packages.items() if "nvidia-kernel-dkms" in n
+                       or "dkms" in n)
+
+
+def test_no_toolkit_in_the_map_is_too_new_for_sm70():
+    for tk in list(DISTRO_TOOLKITS.values()) + list(NVIDIA_TOOLKITS.values()):
+        assert tk.major <= LAST_CUDA_MAJOR_FOR_SM70
+
+
+@pytest.mark.parametrize("platform_id", sorted(SUPPORTED))
+def test_default_stack_of_every_platform_is_accepted(platform_id):
+    """The defaults must never be refused by our own checks (driver new enough for the default toolkit)."""
+    platform = SUPPORTED[platform_id]
+    settings = Settings()
+    driver, problems = nvidia_driver.plan(settings, platform, {"linux-image-amd64": ["1"]})
+    assert not problems, problems
+    toolkits, problems = cuda.plan(settings, platform, driver.pin)
+    assert not problems and toolkits, problems
+
+
+def test_headers_metapackage_follows_the_kernel_flavour():
+    debian, ubuntu = SUPPORTED["debian12"], SUPPORTED["ubuntu2204"]
+    assert nvidia_driver.headers_metapackage(debian, {"linux-image-cloud-amd64": [], "linux-image-6.1.0-9-cloud-amd64": []}) \
+        == "linux-headers-cloud-amd64"
+    assert nvidia_driver.headers_metapackage(ubuntu, {"linux-image-generic-hwe-22.04": []}) \
+        == "linux-headers-generic-hwe-22.04"
+    assert nvidia_driver.headers_metapackage(ubuntu, {}) == "linux-headers-generic"
