@@ -56,10 +56,14 @@ class HostSpec:
     data: dict = field(default_factory=dict)
 
 
+# Lab settings that differ from the defaults: a small swapfile, and an open-file limit under the ceiling that
+# containers here inherit (hard 20000, no CAP_SYS_RESOURCE to raise it), so the limit is checked live.
+LAB_DATA = {"tuning_swap_size_gib": 1, "tuning_nofile_limit": 16384}
+
 # The bundled lab hosts. Services inside share the host network, so each host gets its own ports.
 HOSTS: tuple[HostSpec, ...] = (
-    HostSpec("lab-bookworm", "bookworm", 2201, "debian12", {"tuning_swap_size_gib": 1}),
-    HostSpec("lab-trixie", "trixie", 2202, "debian13", {"tuning_swap_size_gib": 1}),
+    HostSpec("lab-bookworm", "bookworm", 2201, "debian12", dict(LAB_DATA)),
+    HostSpec("lab-trixie", "trixie", 2202, "debian13", dict(LAB_DATA)),
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -58,10 +59,13 @@ class Provision:
 
 
 def provision(hosts: tuple[HostSpec, ...] = HOSTS, reboot: bool = True) -> Provision:
-    """Boot the lab hosts, deploy, deploy again (must change nothing), then reboot every host so that all later
-    checks see what survives a reboot."""
+    """Boot fresh lab hosts, deploy, deploy again (must change nothing), then reboot every host so that all later
+    checks see what survives a reboot. V100KIT_LAB_REUSE=1 keeps existing hosts (faster, for development)."""
     lab = Lab()
     t0 = time.monotonic()
+    if os.environ.get("V100KIT_LAB_REUSE") != "1":
+        for s in hosts:
+            lab.destroy(s)
     with ThreadPoolExecutor(len(hosts)) as pool:
         list(pool.map(lab.up, hosts))
     up_seconds = time.monotonic() - t0

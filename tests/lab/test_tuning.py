@@ -60,6 +60,9 @@ def test_open_file_limit_of_service_user(target):
     limits = target.host.file("/etc/security/limits.d/60-v100kit.conf").content_string
     assert f"{s.base_service_user} soft nofile {s.tuning_nofile_limit}" in limits
     assert f"{s.base_service_user} hard nofile {s.tuning_nofile_limit}" in limits
-    # pam_limits reads it: a login shell of the service user gets the limit
-    out = target.host.check_output(f"su -s /bin/sh -l {s.base_service_user} -c 'ulimit -n'")
-    assert out.strip() == str(s.tuning_nofile_limit)
+    ceiling = int(target.host.check_output("ulimit -Hn"))
+    if s.tuning_nofile_limit > ceiling and not target.host.run("capsh --has-p=cap_sys_resource").succeeded:
+        pytest.skip(f"this host's hard open-file ceiling is {ceiling} and raising it is not permitted here")
+    # pam_limits reads it: a login session of the service user gets the limit
+    out = target.host.check_output(f"runuser -l {s.base_service_user} -s /bin/sh -c 'ulimit -Sn; ulimit -Hn'")
+    assert out.split() == [str(s.tuning_nofile_limit)] * 2
