@@ -8,7 +8,7 @@ Settings: roles/settings.py (every key, default and meaning; listed in README.md
 
 from pyinfra import host
 
-from roles import base, cuda, nvidia_driver, tuning
+from roles import base, cuda, llama_cpp, nvidia_driver, tuning
 from roles.preflight import preflight
 
 # 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver)
@@ -20,3 +20,5 @@ base.base(plan.settings, plan.platform)                    # apt sources + compo
 tuning.tuning(plan.settings)                               # sysctl.d, swapfile, THP at boot, open-file limits
 nvidia_driver.nvidia_driver(plan.settings, plan.driver)    # pinned + held driver, DKMS, nouveau blacklist
 cuda.cuda(plan.settings, plan.platform, plan.toolkits)     # CUDA toolkits that can build sm_70
+if plan.llama_cpp:
+    llama_cpp.llama_cpp(plan.settings, plan.llama_cpp)     # llama.cpp for sm_70 + llama-server@NAME units

@@ -282,6 +282,7 @@ class Lab:
 
     def pyinfra_hosts(self) -> dict[str, list[tuple[str, dict]]]:
         """Running hosts as pyinfra inventory groups: {group: [(name, host data), ...]}."""
+        from lab.data import host_data  # the lab's settings need the toolkit's own modules
         groups: dict[str, list[tuple[str, dict]]] = {}
         for s in HOSTS:
             if self.pid(s) is None:
@@ -290,7 +291,7 @@ class Lab:
                 "ssh_hostname": "127.0.0.1", "ssh_port": s.ssh_port, "ssh_user": "root",
                 "ssh_key": str(self.key), "ssh_known_hosts_file": str(self.known_hosts),
                 "ssh_strict_host_key_checking": "yes", "ssh_allow_agent": False, "ssh_look_for_keys": False,
-                **s.data,
+                **host_data(s),
             }
             groups.setdefault(s.group, []).append((s.name, data))
         return groups

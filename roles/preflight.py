@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 from pyinfra.api.host import Host
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import File
 from pyinfra.facts.server import OsRelease
 
-from roles import cuda, nvidia_driver
+from roles import cuda, llama_cpp, nvidia_driver
 from roles.cuda.versions import Toolkit
+from roles.nvidia_driver.facts import NvidiaGpus
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
 
@@ -23,6 +25,7 @@ class HostPlan:
     platform: Platform
     driver: nvidia_driver.DriverPlan
     toolkits: list[Toolkit]  # default toolkit first
+    llama_cpp: llama_cpp.LlamaCppPlan | None  # None: no llama-server instance configured
 
 
 def preflight(host: Host) -> HostPlan:
@@ -30,7 +33,11 @@ def preflight(host: Host) -> HostPlan:
     settings = load_settings(host.name, host.data.dict())
     platform = platform_from_os_release(host.name, host.get_fact(OsRelease))
     driver, problems = nvidia_driver.plan(settings, platform, host.get_fact(DebPackages))
-    toolkits, cuda_problems = cuda.plan(settings, platform, driver.pin if driver else None)
-    if problems or cuda_problems or driver is None:
-        raise SettingsError(host.name, problems + cuda_problems)
-    return HostPlan(settings, platform, driver, toolkits)
+    toolkits, more = cuda.plan(settings, platform, driver.pin if driver else None)
+    problems += more
+    gpu_caps = [g["compute_cap"] for g in host.get_fact(NvidiaGpus)]
+    llama, more = llama_cpp.plan(settings, toolkits, gpu_caps, lambda path: bool(host.get_fact(File, path=path)))
+    problems += more
+    if problems or driver is None:
+        raise SettingsError(host.name, problems)
+    return HostPlan(settings, platform, driver, toolkits, llama)

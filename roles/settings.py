@@ -4,7 +4,7 @@ Settings come from pyinfra host data (inventory, group_data/*.py, --data). They 
 before any operation is added, by `load_settings`; a wrong type, an out-of-range value or an unknown key (a
 typo) raises `SettingsError`, which stops the whole deploy before the first change to any host. Each setting is
 prefixed by the role that reads it. The README's settings table is generated from this module
-(`python -m roles.settings`) and a test keeps the two in sync.
+(`python -m roles.settings --write-readme`) and a test keeps the two in sync.
 """
 
 from __future__ import annotations
@@ -21,6 +21,31 @@ _PYINFRA_PREFIXES = ("ssh_", "_", "winrm_", "docker_", "dockerssh_", "chroot_", 
                      "vagrant_", "fake_")
 
 CudaVersion = Annotated[str, Field(pattern=r"^\d{2}\.\d$", description="major.minor, e.g. '12.4'")]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+#: llama.cpp KV cache types (`-ctk/-ctv`), ggml type names (llama.cpp common/arg.cpp kv_cache_types).
+LlamaCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+
+
+class LlamaCppInstance(BaseModel):
+    """One llama-server instance (systemd unit llama-server@NAME). The model is either `model_path` on the host,
+    or `model_source` (URL or path on the control machine) with `model_sha256`, placed under the service home."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_path: str | None = Field(None, pattern=r"^/", description="GGUF file already on the host")
+    model_source: str | None = Field(None, description="URL or control-machine path of the GGUF file")
+    model_sha256: Sha256 | None = Field(None, description="sha256 of model_source (required with it)")
+    port: int = Field(8080, ge=1, le=65535, description="TCP port")
+    listen: str = Field("127.0.0.1", description="address to listen on (--host)")
+    n_gpu_layers: int = Field(99, ge=0, le=999, description="-ngl: layers on the GPU (99 = all)")
+    context: int = Field(8192, ge=256, le=1 << 21, description="-c: context tokens for all slots together")
+    cache_type_k: LlamaCacheType = Field("q8_0", description="-ctk: K cache type")
+    cache_type_v: LlamaCacheType = Field("q8_0", description="-ctv: V cache type (quantized V needs flash attention)")
+    parallel: int = Field(1, ge=1, le=256, description="-np: parallel slots")
+    flash_attn: Literal["on", "off", "auto"] = Field("auto", description="-fa")
+    metrics: bool = Field(True, description="--metrics: Prometheus endpoint")
+    api_key_file: str | None = Field(
+        None, description="control-machine file holding the API key (installed 0600, never on the command line)")
 
 
 class Settings(BaseModel):
@@ -83,6 +108,30 @@ class Settings(BaseModel):
     cuda_allow_minor_version_compat: bool = Field(
         False, description="allow a toolkit newer than the driver through CUDA minor-version compatibility")
 
+    # -- llama_cpp --------------------------------------------------------------------------------------
+    llama_cpp_ref: str = Field(
+        "pypi-0.3.16", pattern=r"^[A-Za-z0-9._-]+$",
+        description="name of the pinned llama.cpp source; part of the install prefix (roll back by setting it back)")
+    llama_cpp_source: str | None = Field(
+        None, description="URL or control-machine path of a llama.cpp source .tar.gz; None: the pinned default "
+                          "(llama.cpp as vendored in the llama-cpp-python 0.3.16 sdist on PyPI)")
+    llama_cpp_source_sha256: Sha256 | None = Field(
+        None, description="sha256 of llama_cpp_source (required with it; the default source's is built in)")
+    llama_cpp_source_subdir: str | None = Field(
+        None, description="directory inside the archive that holds llama.cpp's CMakeLists.txt; None: found")
+    llama_cpp_cuda_version: CudaVersion | None = Field(
+        None, description="toolkit to build with (one of cuda_versions); None: the default toolkit")
+    llama_cpp_cuda_architectures: list[Annotated[str, Field(pattern=r"^\d{2,3}$")]] | None = Field(
+        None, description="CMAKE_CUDA_ARCHITECTURES; None: the GPUs' compute capability, 70 where none is visible")
+    llama_cpp_fa_all_quants: bool = Field(
+        False, description="GGML_CUDA_FA_ALL_QUANTS: flash-attention kernels for every KV type pair (slower build)")
+    llama_cpp_flash_attn_style: Literal["value", "flag"] | None = Field(
+        None, description="how this llama.cpp takes -fa: value (-fa on|off|auto, builds since about b6327) or flag "
+                          "(bare -fa, older builds); None: flag for the default source, value otherwise")
+    llama_cpp_build_jobs: int = Field(2, ge=1, le=256, description="parallel compile jobs")
+    llama_cpp_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], LlamaCppInstance] = Field(
+        default_factory=dict, description="llama-server instances by name; the role builds llama.cpp when any is set")
+
     @field_validator("tuning_sysctl_extra")
     @classmethod
     def _sysctl_keys(cls, v: dict[str, int | str]) -> dict[str, int | str]:
@@ -131,30 +180,57 @@ def load_settings(host_name: str, data: dict[str, Any]) -> Settings:
     try:
         return Settings(**ours)
     except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            key = str(err["loc"][0]) if err["loc"] else "?"
-            value = ours.get(key) if len(err["loc"]) == 1 else err.get("input")
-            if err["type"] == "extra_forbidden":
-                close = difflib.get_close_matches(key, Settings.model_fields, n=1)
-                fix = f"did you mean {close[0]!r}? Rename it" if close else "remove it"
-                problems.append(problem(key, value, "unknown setting", fix + " (settings are listed in README.md)"))
-            else:
-                where = ".".join(str(p) for p in err["loc"])
-                problems.append(problem(where, value, err["msg"],
-                                        f"set {key} to a valid value ({Settings.model_fields[key].description}; "
-                                        f"default {Settings.model_fields[key].get_default(call_default_factory=True)!r})"))
-        raise SettingsError(host_name, problems) from None
+        raise SettingsError(host_name, [_explain(err) for err in e.errors()]) from None
+
+
+def _explain(err: dict) -> str:
+    """One SettingsError line for one pydantic error: the dotted key, the value, why, and the fix."""
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc)
+    model: type[BaseModel] = Settings
+    field_name = loc[0]
+    for part in loc[:-1]:  # walk into nested models (llama_cpp_instances.NAME.port)
+        ann = model.model_fields[part].annotation if part in model.model_fields else None
+        nested = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if nested:
+            model = nested[0]
+        if part in model.model_fields:
+            field_name = part
+    if loc[-1] in model.model_fields:
+        field_name = loc[-1]
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc[-1], model.model_fields, n=1)
+        fix = f"did you mean {close[0]!r}? Rename it" if close else "remove it"
+        return problem(key, err.get("input"), "unknown setting", fix + " (settings are listed in README.md)")
+    f = model.model_fields.get(field_name) or Settings.model_fields[loc[0]]
+    default = f.get_default(call_default_factory=True)
+    return problem(key, err.get("input"), err["msg"],
+                   f"set {key} to a valid value ({f.description}; default {default!r})")
 
 
 def settings_table() -> str:
     """The README's settings table (markdown): setting, default, meaning."""
     rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
-    for name, f in Settings.model_fields.items():
+    fields = [(n, f) for n, f in Settings.model_fields.items()]
+    fields += [(f"llama_cpp_instances.NAME.{n}", f) for n, f in LlamaCppInstance.model_fields.items()]
+    for name, f in fields:
         default = f.get_default(call_default_factory=True)
-        rows.append(f"| `{name}` | `{default!r}` | {f.description} |")
+        rows.append(f"| `{name}` | `{default!r}` | {f.description.replace('|', '&#124;')} |")
     return "\n".join(rows)
 
 
+def write_readme_table(readme: str = "README.md") -> None:
+    """Replace the table between the settings markers in the README."""
+    text = open(readme).read()
+    start, end = "<!-- settings:start -->\n", "<!-- settings:end -->"
+    head, rest = text.split(start, 1)
+    open(readme, "w").write(head + start + settings_table() + "\n" + end + rest.split(end, 1)[1])
+
+
 if __name__ == "__main__":
-    print(settings_table())
+    import sys
+
+    if sys.argv[1:] == ["--write-readme"]:
+        write_readme_table()
+    else:
+        print(settings_table())

@@ -23,35 +23,40 @@ NVIDIA_REPOS = {"debian12": "debian12", "ubuntu2204": "ubuntu2204", "ubuntu2404"
 @dataclass(frozen=True)
 class Toolkit:
     """One installable CUDA toolkit: `version` ('12.4'), `source`, `packages` {apt name: exact version},
-    `nvcc` (absolute path of its compiler) and `home` (CUDA_HOME, None for Debian's split layout)."""
+    `nvcc` (absolute path of its compiler), `home` (CUDA_HOME, None for Debian's split layout) and
+    `host_compiler`, the g++ package nvcc accepts on that OS (nvcc refuses newer host compilers: CUDA 11.7/11.8
+    need gcc <= 11, CUDA 12.4 gcc <= 13; CUDA install guides, H)."""
 
     version: str
     source: str
     packages: dict[str, str]
     nvcc: str
     home: str | None
+    host_compiler: str
 
     @property
     def major(self) -> int:
         return int(self.version.split(".")[0])
 
 
-def _nvidia(version: str, package_version: str) -> Toolkit:
+def _nvidia(version: str, package_version: str, host_compiler: str) -> Toolkit:
     home = f"/usr/local/cuda-{version}"
     return Toolkit(version, "nvidia", {f"cuda-toolkit-{version.replace('.', '-')}": package_version},
-                   f"{home}/bin/nvcc", home)
+                   f"{home}/bin/nvcc", home, host_compiler)
 
 
 #: platform id -> the distribution's own toolkit (one per release).
 DISTRO_TOOLKITS: dict[str, Toolkit] = {
-    "debian12": Toolkit("11.8", "distro", {"nvidia-cuda-toolkit": "11.8.89~11.8.0-5~deb12u1"}, "/usr/bin/nvcc", None),
-    "debian13": Toolkit("12.4", "distro", {"nvidia-cuda-toolkit": "12.4.131~12.4.1-2"}, "/usr/bin/nvcc", None),
+    "debian12": Toolkit("11.8", "distro", {"nvidia-cuda-toolkit": "11.8.89~11.8.0-5~deb12u1"}, "/usr/bin/nvcc", None,
+                        "g++-11"),
+    "debian13": Toolkit("12.4", "distro", {"nvidia-cuda-toolkit": "12.4.131~12.4.1-2"}, "/usr/bin/nvcc", None,
+                        "g++-13"),
 }
 
 #: (platform id, version) -> toolkit from NVIDIA's repository. The first per platform is that source's default.
 NVIDIA_TOOLKITS: dict[tuple[str, str], Toolkit] = {
-    ("debian12", "12.4"): _nvidia("12.4", "12.4.1-1"),
-    ("ubuntu2204", "12.4"): _nvidia("12.4", "12.4.1-1"),
-    ("ubuntu2204", "11.7"): _nvidia("11.7", "11.7.1-1"),
-    ("ubuntu2404", "12.6"): _nvidia("12.6", "12.6.3-1"),
+    ("debian12", "12.4"): _nvidia("12.4", "12.4.1-1", "g++-12"),
+    ("ubuntu2204", "12.4"): _nvidia("12.4", "12.4.1-1", "g++-11"),
+    ("ubuntu2204", "11.7"): _nvidia("11.7", "11.7.1-1", "g++-11"),
+    ("ubuntu2404", "12.6"): _nvidia("12.6", "12.6.3-1", "g++-13"),
 }

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 import pytest
 import testinfra
 
+from lab.data import host_data
 from lab.harness import HOSTS, HostSpec
-from roles import cuda, nvidia_driver
+from roles import cuda, llama_cpp, nvidia_driver
 from roles.cuda.versions import Toolkit
+from roles.llama_cpp import LlamaCppPlan
 from roles.nvidia_driver import DriverPlan
 from roles.platform import SUPPORTED
 from roles.settings import Settings, load_settings
@@ -35,16 +37,18 @@ class Target:
     settings: Settings
     driver: DriverPlan
     toolkits: list[Toolkit]
+    llama: LlamaCppPlan
 
 
 @pytest.fixture(scope="session", params=HOSTS, ids=[s.name for s in HOSTS])
 def target(request, provisioned) -> Target:
     spec: HostSpec = request.param
     platform = SUPPORTED[SUITE_PLATFORM[spec.suite]]
-    settings = load_settings(spec.name, spec.data)
+    settings = load_settings(spec.name, host_data(spec))
     installed = {"linux-image-amd64": ["lab image"]}
     driver, problems = nvidia_driver.plan(settings, platform, installed)
     toolkits, cuda_problems = cuda.plan(settings, platform, driver.pin)
-    assert not problems and not cuda_problems
+    llama, llama_problems = llama_cpp.plan(settings, toolkits, [], lambda path: True)
+    assert not problems and not cuda_problems and not llama_problems
     host = testinfra.get_host(provisioned.lab.testinfra_url(spec))
-    return Target(spec, host, settings, driver, toolkits)
+    return Target(spec, host, settings, driver, toolkits, llama)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from lab.data import host_data
 from lab.harness import HOSTS
 from tests.lab.provision import deploy
 
@@ -38,6 +41,19 @@ SNAPSHOT = ("(dpkg-query -W -f '${Package} ${Version} ${Status}\\n'; apt-mark sh
             "2>/dev/null; systemctl list-unit-files --no-legend) | sort | sha256sum")
 
 
+def data_args(data: dict) -> list[str]:
+    """pyinfra --data overrides (JSON values; they take precedence over inventory and group data)."""
+    return [a for k, v in data.items() for a in ("--data", f"{k}={json.dumps(v)}")]
+
+
+TINY = "llama_cpp_instances"
+
+
+def tiny(provisioned_spec_data: dict, **changes) -> dict:
+    inst = dict(provisioned_spec_data[TINY]["tiny"], **changes)
+    return {TINY: {"tiny": inst}}
+
+
 @pytest.mark.parametrize("data, key", [
     ({"cuda_verions": ["12.4"]}, "cuda_verions"),                          # a typo
     ({"tuning_swappiness": "lots"}, "tuning_swappiness"),                  # wrong type
@@ -47,13 +63,21 @@ SNAPSHOT = ("(dpkg-query -W -f '${Package} ${Version} ${Status}\\n'; apt-mark sh
     ({"cuda_versions": ["13.0"]}, "cuda_versions"),                        # CUDA 13 cannot build sm_70
     # field case: a toolkit newer than the driver ("PTX was compiled with an unsupported toolchain")
     ({"cuda_source": "nvidia", "cuda_versions": ["12.4"]}, "cuda_versions"),
+    # llama.cpp: an unknown KV cache type, an architecture CUDA 11.8 cannot build, a missing model file, a model
+    # checksum mismatch, two instances on one port
+    (lambda d: tiny(d, cache_type_k="q9_9"), "cache_type_k"),
+    ({"llama_cpp_cuda_architectures": ["30"]}, "llama_cpp_cuda_architectures"),
+    (lambda d: tiny(d, model_source="/nonexistent/model.gguf"), "model_source"),
+    (lambda d: tiny(d, model_sha256="0" * 64), "model_sha256"),
+    (lambda d: {TINY: {"tiny": d[TINY]["tiny"], "twin": d[TINY]["tiny"]}}, "port"),
 ])
-def test_bad_settings_refused_before_any_change(provisioned, tmp_path, data, key):
+def test_bad_settings_refused_before_any_change(provisioned, data, key):
     spec = HOSTS[0]  # bookworm: driver 535
     lab = provisioned.lab
     before = lab.run(spec, SNAPSHOT)[1]
-    (tmp_path / f"{spec.group}.py").write_text("".join(f"{k} = {v!r}\n" for k, v in data.items()))
-    run = deploy(f"refused-{key}", ["--group-data", str(tmp_path), "--limit", spec.name])
+    if callable(data):
+        data = data(host_data(spec))
+    run = deploy(f"refused-{key}", [*data_args(data), "--limit", spec.name])
     assert run.rc != 0
     assert key in run.stderr and "Fix:" in run.stderr, run.stderr[-2000:]
     assert run.changed == {}

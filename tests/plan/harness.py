@@ -23,6 +23,8 @@ UBUNTU_2204 = ["NAME=\"Ubuntu\"", "VERSION_ID=\"22.04\"", "ID=ubuntu", "ID_LIKE=
                "PRETTY_NAME=\"Ubuntu 22.04.5 LTS\"", "VERSION_CODENAME=jammy"]
 UBUNTU_2404 = ["NAME=\"Ubuntu\"", "VERSION_ID=\"24.04\"", "ID=ubuntu", "ID_LIKE=debian",
                "PRETTY_NAME=\"Ubuntu 24.04.3 LTS\"", "VERSION_CODENAME=noble"]
+DEBIAN_13 = ["PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"", "VERSION_ID=\"13\"", "ID=debian",
+             "VERSION_CODENAME=trixie"]
 DEBIAN_12 = ["PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"", "VERSION_ID=\"12\"", "ID=debian",
              "VERSION_CODENAME=bookworm"]
 

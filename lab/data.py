@@ -1,0 +1,52 @@
+"""pyinfra host data of the bundled lab hosts: the spec's settings plus a llama-server instance serving a tiny
+model the lab writes, built from the cached default llama.cpp source, with an API key generated at run time."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from lab.harness import LAB_CACHE, LAB_STATE, HostSpec
+from lab.models import write_tiny_llama
+from lab.sources import llama_cpp_default_source, sha256_of
+from roles.llama_cpp.versions import DEFAULT_SOURCE
+
+#: llama-server ports per lab host (hosts share the machine's network).
+LLAMA_PORTS = {"lab-bookworm": 18081, "lab-trixie": 18082}
+
+
+def api_key_file(state: Path = LAB_STATE) -> Path:
+    """A random API key in a 0600 file, generated once per lab state directory."""
+    path = state / "llama-api-key"
+    if not path.exists():
+        state.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(24) + "\n")
+    return path
+
+
+def tiny_model(cache: Path = LAB_CACHE) -> Path:
+    path = cache / "models" / "tiny-llama.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_tiny_llama(path.with_suffix(".part"))
+        path.with_suffix(".part").rename(path)
+    return path
+
+
+def host_data(spec: HostSpec) -> dict:
+    """The settings of one lab host (what group_data would hold for a real box)."""
+    data = dict(spec.data)
+    if spec.name in LLAMA_PORTS:
+        source, model = llama_cpp_default_source(), tiny_model()
+        data.update({
+            "llama_cpp_ref": DEFAULT_SOURCE.ref,
+            "llama_cpp_source": str(source),
+            "llama_cpp_source_sha256": DEFAULT_SOURCE.sha256,
+            "llama_cpp_instances": {"tiny": {
+                "model_source": str(model), "model_sha256": sha256_of(model), "port": LLAMA_PORTS[spec.name],
+                "context": 512, "api_key_file": str(api_key_file())}},
+        })
+    return data

@@ -1,0 +1,168 @@
+"""llama_cpp role on real lab hosts: the sm_70 build, the llama-server@ unit serving a tiny model, rebuilds,
+rollback, and failures that leave the current build and the running service alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lab.data import LLAMA_PORTS, api_key_file, host_data
+from lab.harness import HOSTS, spec
+from lab.sources import llama_cpp_default_source, sha256_of
+from roles.llama_cpp import CURRENT
+from tests.lab.provision import deploy
+
+UNIT = "llama-server@tiny"
+
+
+def http(port: int, path: str, body: dict | None = None, key: str | None = None, timeout: float = 120):
+    """(status, parsed JSON) of a request to a lab llama-server; retries while it answers 503 (loading)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode() if body else None,
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.monotonic() > deadline:
+                return e.code, {}
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(1)
+
+
+def invocation(target) -> str:
+    return target.host.check_output(f"systemctl show -p InvocationID --value {UNIT}").strip()
+
+
+def current(target) -> str:
+    return target.host.check_output(f"readlink {CURRENT}").strip()
+
+
+def test_cuda_backend_has_exactly_the_configured_architectures(target):
+    cuobjdump = str(Path(target.llama.toolkit.nvcc).with_name("cuobjdump"))
+    out = target.host.check_output(f"{cuobjdump} --list-elf {CURRENT}/bin/libggml-cuda.so")
+    archs = {part.split(".")[0] for line in out.splitlines() for part in line.split(".") if part.startswith("sm_")}
+    assert archs == {f"sm_{a}" for a in target.llama.architectures}, out
+    assert current(target) == target.llama.prefix
+
+
+def test_service_answers_health_and_completions(target):
+    port = LLAMA_PORTS[target.spec.name]
+    key = api_key_file().read_text().strip()
+    assert http(port, "/health") == (200, {"status": "ok"})
+    status, reply = http(port, "/v1/completions", {"prompt": "the V100 GPU", "max_tokens": 8}, key=key)
+    assert status == 200 and reply["usage"]["completion_tokens"] > 0, reply
+    assert http(port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 401  # no key, no tokens
+
+
+def test_serves_from_cpu_without_gpu_and_says_so(target):
+    log = target.host.check_output(f"journalctl -u {UNIT} -b --no-pager -o cat")
+    if target.host.run("lspci -n -d 10de:").stdout.strip():
+        assert "failed to initialize CUDA" not in log
+    else:
+        # no GPU here: CUDA is built in but cannot initialize, and the server runs on the CPU (10-50x slower)
+        assert "failed to initialize CUDA" in log
+
+
+def test_runs_as_the_service_user_with_hardening(target):
+    props = target.host.check_output(
+        f"systemctl show -p User -p NoNewPrivileges -p ProtectSystem -p Restart -p ActiveState {UNIT}")
+    for want in (f"User={target.settings.base_service_user}", "NoNewPrivileges=yes", "ProtectSystem=strict",
+                 "Restart=on-failure", "ActiveState=active"):
+        assert want in props
+    pid = target.host.check_output(f"systemctl show -p MainPID --value {UNIT}").strip()
+    assert target.host.check_output(f"ps -o user= -p {pid}").strip() == target.settings.base_service_user
+
+
+def test_api_key_never_visible(target):
+    key = api_key_file().read_text().strip()
+    f = target.host.file(f"/etc/llama-server/tiny.key.env")
+    assert f.mode == 0o600 and f.user == "root"
+    for cmd in ("ps -eo args", f"systemctl cat {UNIT}", f"journalctl -u {UNIT} --no-pager",
+                "cat /etc/llama-server/tiny.env"):
+        assert key not in target.host.check_output(cmd), cmd
+
+
+# -- rebuilds, rollback and failures (on one host: each costs a build) -----------------------------------------
+
+REBUILD_HOST = "lab-trixie"
+
+
+def repacked(tmp_path: Path, name: str, change) -> Path:
+    """The default source's llama.cpp tree repacked as <name>.tar.gz after `change(tree)`."""
+    work = tmp_path / name
+    work.mkdir()
+    subprocess.run(["tar", "-xzf", str(llama_cpp_default_source()), "-C", str(work),
+                    "llama_cpp_python-0.3.16/vendor/llama.cpp"], check=True)
+    tree = work / "llama.cpp"
+    shutil.move(str(work / "llama_cpp_python-0.3.16/vendor/llama.cpp"), tree)
+    change(tree)
+    archive = tmp_path / f"{name}.tar.gz"
+    subprocess.run(["tar", "-czf", str(archive), "-C", str(work), "llama.cpp"], check=True)
+    return archive
+
+
+def source_args(ref: str, archive: Path) -> list[str]:
+    return ["--limit", REBUILD_HOST, "--data", f"llama_cpp_ref={ref}", "--data", f"llama_cpp_source={archive}",
+            "--data", f"llama_cpp_source_sha256={sha256_of(archive)}", "--data", "llama_cpp_flash_attn_style=flag"]
+
+
+@pytest.fixture
+def rebuild_target(provisioned, target):
+    if target.spec.name != REBUILD_HOST:
+        pytest.skip(f"rebuild checks run on {REBUILD_HOST} only (each costs a build)")
+    return target
+
+
+def test_corrupt_archive_refused_before_any_change(rebuild_target, tmp_path):
+    t = rebuild_target
+    good = repacked(tmp_path, "good", lambda tree: None)
+    corrupt = tmp_path / "corrupt.tar.gz"
+    corrupt.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    before = (current(t), invocation(t))
+    args = source_args("lab-corrupt", good)
+    args[args.index(f"llama_cpp_source={good}")] = f"llama_cpp_source={corrupt}"
+    run = deploy("llama-corrupt", args)
+    assert run.rc != 0 and "llama_cpp_source_sha256" in run.stderr and run.changed == {}
+    assert (current(t), invocation(t)) == before
+
+
+def test_failing_build_leaves_current_build_and_service(rebuild_target, tmp_path):
+    t = rebuild_target
+    broken = repacked(tmp_path, "broken", lambda tree: (tree / "CMakeLists.txt").write_text(
+        (tree / "CMakeLists.txt").read_text() + '\nmessage(FATAL_ERROR "broken on purpose")\n'))
+    before = (current(t), invocation(t))
+    run = deploy("llama-broken", source_args("lab-broken", broken))
+    assert run.rc != 0 and "broken on purpose" in run.stderr
+    assert (current(t), invocation(t)) == before
+    assert not t.host.run("ls -d /opt/llama.cpp/lab-broken-*").stdout.strip()
+    assert http(LLAMA_PORTS[REBUILD_HOST], "/health")[0] == 200
+
+
+def test_ref_change_builds_new_prefix_keeps_old_and_rolls_back(rebuild_target, tmp_path):
+    t = rebuild_target
+    old_prefix, old_invocation = current(t), invocation(t)
+    changed = repacked(tmp_path, "changed", lambda tree: (tree / "V100KIT-LAB").write_text("a changed tree\n"))
+    run = deploy("llama-ref-change", source_args("lab-changed", changed))
+    assert run.rc == 0, run.stderr[-3000:]
+    new_prefix = current(t)
+    assert new_prefix != old_prefix and Path(new_prefix).name.startswith("lab-changed-sm70-")
+    assert t.host.file(old_prefix).is_directory  # kept for rollback
+    assert invocation(t) != old_invocation
+    restarted = invocation(t)
+    again = deploy("llama-ref-change-again", source_args("lab-changed", changed))
+    assert again.rc == 0 and again.changed == {} and invocation(t) == restarted  # no rebuild, no restart
+    back = deploy("llama-rollback", ["--limit", REBUILD_HOST])  # the original settings: one settings change back
+    assert back.rc == 0 and current(t) == old_prefix and invocation(t) != restarted
+    assert http(LLAMA_PORTS[REBUILD_HOST], "/health") == (200, {"status": "ok"})

@@ -1,0 +1,51 @@
+"""Plan-level tests (facts in, commands out): the default llama.cpp source fetched from its URL with its sha256,
+and the CMake configuration chosen from the toolkit and the GPUs, never from CMake's native detection."""
+
+from __future__ import annotations
+
+import pytest
+
+from roles.llama_cpp.versions import DEFAULT_SOURCE
+from roles.settings import SettingsError
+from tests.plan.harness import DEBIAN_13, plan_commands
+
+MODEL = {"model_source": "https://models.example/tiny.gguf", "model_sha256": "a" * 64, "port": 8081}
+
+
+def build_command(cmds: list[str]) -> str:
+    return next(c for c in cmds if "cmake -S" in c)
+
+
+def test_plan_default_source_downloaded_with_checksum_and_built_for_sm70():
+    cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}})
+    download = [c for c in cmds if DEFAULT_SOURCE.url in c]
+    assert download and DEFAULT_SOURCE.sha256 in " ".join(cmds)
+    build = build_command(cmds)
+    for arg in ("-DCMAKE_CUDA_ARCHITECTURES=70", "-DCMAKE_CUDA_COMPILER=/usr/bin/nvcc",
+                "-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++-13", "-DGGML_CUDA=ON"):
+        assert arg in build
+    assert "native" not in build
+    # the link moves and the service restarts only after the build, in that order
+    build_at = next(i for i, c in enumerate(cmds) if "cmake -S" in c)
+    link_at = next(i for i, c in enumerate(cmds) if "/opt/llama.cpp/current.new" in c)
+    start_at = next(i for i, c in enumerate(cmds) if c.startswith("systemctl start llama-server@tiny"))
+    assert build_at < link_at < start_at
+
+
+def test_plan_architectures_follow_the_visible_gpus():
+    cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}}, responses={
+        "nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01",
+                                   "1, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01"]})
+    assert "-DCMAKE_CUDA_ARCHITECTURES=70" in build_command(cmds)
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"llama_cpp_cuda_architectures": ["100"]}, "llama_cpp_cuda_architectures"),
+    ({"llama_cpp_ref": "b6000"}, "llama_cpp_ref"),
+    ({"llama_cpp_source": "https://x.example/llama.tar.gz"}, "llama_cpp_source"),
+    ({"llama_cpp_cuda_version": "11.8"}, "llama_cpp_cuda_version"),
+])
+def test_plan_llama_cpp_refusals(data, key):
+    with pytest.raises(SettingsError) as e:
+        plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}, **data})
+    assert key in str(e.value)
