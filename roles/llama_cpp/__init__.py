@@ -107,6 +107,8 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
     if settings.llama_cpp_source_subdir:
         source = replace(source, subdir=settings.llama_cpp_source_subdir)
     local = not _is_url(source.url)
+    if local:
+        source = replace(source, url=str(Path(source.url).expanduser()))
     if local and source.sha256:
         if not Path(source.url).is_file():
             problems.append(problem("llama_cpp_source", source.url, "no such file on the control machine",
@@ -156,6 +158,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
                 problems.append(problem(f"{key}.model_sha256", None, "model_source needs a checksum",
                                         "set model_sha256 to the file's sha256"))
             elif not _is_url(model_source):
+                model_source = str(Path(model_source).expanduser())
                 if not Path(model_source).is_file():
                     problems.append(problem(f"{key}.model_source", model_source,
                                             "no such file on the control machine", "give an existing path or a URL"))
@@ -164,7 +167,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
                                             f"the file's sha256 is {actual}", "check the file, then the checksum"))
         api_key = None
         if inst.api_key_file:
-            p = Path(inst.api_key_file)
+            p = Path(inst.api_key_file).expanduser()
             if not p.is_file():
                 problems.append(problem(f"{key}.api_key_file", inst.api_key_file, "no such file on the control "
                                         "machine", "write the key to a file readable only by you"))
