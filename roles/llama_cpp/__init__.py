@@ -183,6 +183,9 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
     cmake_args = (
         "-DCMAKE_BUILD_TYPE=Release", "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}",
         f"-DCMAKE_CUDA_COMPILER={toolkit.nvcc}", f"-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/{toolkit.host_compiler}",
+        # the whole build uses the compiler nvcc accepts (a bare gcc/g++ may not even be installed)
+        f"-DCMAKE_C_COMPILER=/usr/bin/{toolkit.host_compiler.replace('g++', 'gcc')}",
+        f"-DCMAKE_CXX_COMPILER=/usr/bin/{toolkit.host_compiler}",
         f"-DGGML_CUDA_FA_ALL_QUANTS={'ON' if settings.llama_cpp_fa_all_quants else 'OFF'}",
         "-DGGML_CCACHE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=ON",
         "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",

@@ -20,9 +20,13 @@ from tests.lab.provision import Provision, provision
 SUITE_PLATFORM = {"bookworm": "debian12", "trixie": "debian13"}
 
 
+_PROVISION: list[Provision] = []
+
+
 @pytest.fixture(scope="session")
 def provisioned() -> Provision:
     p = provision()
+    _PROVISION.append(p)
     if p.first.rc != 0:
         pytest.fail(f"lab deploy failed (rc {p.first.rc}); log: build/lab-logs/deploy-1.log\n{p.first.stderr[-4000:]}")
     return p
@@ -52,3 +56,18 @@ def target(request, provisioned) -> Target:
     assert not problems and not cuda_problems and not llama_problems
     host = testinfra.get_host(provisioned.lab.testinfra_url(spec))
     return Target(spec, host, settings, driver, toolkits, llama)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print what the shared provision measured (seconds, changed operations per host)."""
+    if not _PROVISION:
+        return
+    p = _PROVISION[0]
+    tr = terminalreporter
+    tr.section("lab provision")
+    tr.write_line(f"hosts booted (image cached or built): {p.up_seconds:.1f} s")
+    for label, run in (("first deploy", p.first), ("second deploy", p.second)):
+        per_host = ", ".join(f"{h} {n}" for h, n in sorted(run.changed.items())) or "none"
+        tr.write_line(f"{label}: {run.seconds:.1f} s, rc {run.rc}, changed operations: {per_host}")
+    for name, (old, new) in sorted(p.reboots.items()):
+        tr.write_line(f"reboot {name}: boot_id {old} -> {new}")

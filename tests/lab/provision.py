@@ -27,6 +27,7 @@ class DeployRun:
     changed: dict[str, int] = field(default_factory=dict)
     unchanged: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    changed_ops: dict[str, list[str]] = field(default_factory=dict)  # host -> names of operations that changed
     stderr: str = ""
 
 
@@ -46,6 +47,8 @@ def deploy(label: str, extra_args: list[str] | None = None) -> DeployRun:
         for key, bucket in (("success", run.changed), ("no_change", run.unchanged), ("error", run.errors)):
             for h in op.get(key, []):
                 bucket[h] = bucket.get(h, 0) + 1
+        for h in op.get("success", []):
+            run.changed_ops.setdefault(h, []).append(op["name"])
     return run
 
 

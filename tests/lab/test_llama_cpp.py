@@ -45,6 +45,12 @@ def invocation(target) -> str:
     return target.host.check_output(f"systemctl show -p InvocationID --value {UNIT}").strip()
 
 
+def starts(target) -> int:
+    """How many times the unit was started in this boot (systemd logs one 'Started' line per start)."""
+    log = target.host.check_output(f"journalctl -b -u {UNIT} --no-pager -o cat")
+    return sum(1 for line in log.splitlines() if line.startswith("Started "))
+
+
 def current(target) -> str:
     return target.host.check_output(f"readlink {CURRENT}").strip()
 
@@ -152,17 +158,20 @@ def test_failing_build_leaves_current_build_and_service(rebuild_target, tmp_path
 
 def test_ref_change_builds_new_prefix_keeps_old_and_rolls_back(rebuild_target, tmp_path):
     t = rebuild_target
-    old_prefix, old_invocation = current(t), invocation(t)
+    old_prefix, old_invocation, old_starts = current(t), invocation(t), starts(t)
     changed = repacked(tmp_path, "changed", lambda tree: (tree / "V100KIT-LAB").write_text("a changed tree\n"))
     run = deploy("llama-ref-change", source_args("lab-changed", changed))
     assert run.rc == 0, run.stderr[-3000:]
+    assert [op for op in run.changed_ops[REBUILD_HOST] if op.startswith("llama.cpp | build lab-changed-")]
     new_prefix = current(t)
     assert new_prefix != old_prefix and Path(new_prefix).name.startswith("lab-changed-sm70-")
     assert t.host.file(old_prefix).is_directory  # kept for rollback
-    assert invocation(t) != old_invocation
+    assert invocation(t) != old_invocation and starts(t) == old_starts + 1  # restarted exactly once
     restarted = invocation(t)
     again = deploy("llama-ref-change-again", source_args("lab-changed", changed))
     assert again.rc == 0 and again.changed == {} and invocation(t) == restarted  # no rebuild, no restart
     back = deploy("llama-rollback", ["--limit", REBUILD_HOST])  # the original settings: one settings change back
-    assert back.rc == 0 and current(t) == old_prefix and invocation(t) != restarted
+    assert back.rc == 0 and current(t) == old_prefix
+    assert not [op for op in back.changed_ops.get(REBUILD_HOST, []) if "build" in op], back.changed_ops  # no rebuild
+    assert invocation(t) != restarted and starts(t) == old_starts + 2
     assert http(LLAMA_PORTS[REBUILD_HOST], "/health") == (200, {"status": "ok"})
