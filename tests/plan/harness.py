@@ -38,14 +38,7 @@ BARE_METAL = {
 }
 
 
-def plan_commands(os_release: list[str], data: dict | None = None, responses: dict | None = None,
-                  stops_early: bool = False) -> list[str]:
-    """Run deploy.py against one fake host; return the commands it would execute, in order.
-
-    Raises what deploy.py raises (SettingsError for refused settings) before any command is recorded.
-    `stops_early`: the plan is expected to end in a failed operation (a fake host cannot come back from a
-    reboot); return the commands recorded up to there instead of raising.
-    """
+def _fake_state(os_release: list[str], data: dict | None, responses: dict | None):
     fake = dict(responses or {})
     fake.setdefault("cat /etc/os-release", os_release)
     for k, v in BARE_METAL.items():
@@ -54,6 +47,30 @@ def plan_commands(os_release: list[str], data: dict | None = None, responses: di
                                            **(data or {})})], {}))
     state = State(inventory, Config())
     state.init(inventory, Config())
+    return state, inventory.get_host("@fake/box")
+
+
+def doctor_rows(os_release: list[str], data: dict | None = None, responses: dict | None = None) -> dict:
+    """Run the doctor's checks against one fake host answering with recorded outputs: {check: Row}."""
+    from roles.doctor import diagnose
+    from roles.preflight import preflight
+
+    state, host = _fake_state(os_release, data, responses)
+    with ctx_state.use(state):
+        connect_all(state)
+        with ctx_host.use(host):
+            return {r.check: r for r in diagnose(host, preflight(host))}
+
+
+def plan_commands(os_release: list[str], data: dict | None = None, responses: dict | None = None,
+                  stops_early: bool = False) -> list[str]:
+    """Run deploy.py against one fake host; return the commands it would execute, in order.
+
+    Raises what deploy.py raises (SettingsError for refused settings) before any command is recorded.
+    `stops_early`: the plan is expected to end in a failed operation (a fake host cannot come back from a
+    reboot); return the commands recorded up to there instead of raising.
+    """
+    state, host = _fake_state(os_release, data, responses)
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
@@ -67,6 +84,5 @@ def plan_commands(os_release: list[str], data: dict | None = None, responses: di
                     raise
     finally:
         os.chdir(cwd)
-    host = inventory.get_host("@fake/box")
     with ctx_host.use(host):
         return list(host.connector.executed_commands)
