@@ -41,7 +41,7 @@ class Target:
     settings: Settings
     driver: DriverPlan
     toolkits: list[Toolkit]
-    llama: LlamaCppPlan
+    llama: LlamaCppPlan | None  # None: this lab host serves no llama.cpp instance
 
 
 @pytest.fixture(scope="session", params=HOSTS, ids=[s.name for s in HOSTS])
