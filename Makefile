@@ -1,15 +1,18 @@
 # make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification
-# make test       every test: settings, plan-level and lab (provisions fresh lab hosts, about 15 minutes)
-# make test-fast  settings and plan-level tests only (seconds, no lab)
-.PHONY: setup lab test test-fast clean-lab
+# make test       every test: settings, plan-level and lab (fresh lab hosts, about 45 minutes)
+# make test-fast  settings and plan-level tests only (seconds, no lab, no root)
+.PHONY: setup setup-lab lab test test-fast clean-lab
 
 setup:
 	./tools/setup.sh
 
-lab: setup
+setup-lab:
+	./tools/setup.sh --lab
+
+lab: setup-lab
 	.venv/bin/python -m pytest tests/lab -v -rs
 
-test: setup
+test: setup-lab
 	.venv/bin/python -m pytest -rs
 
 test-fast: setup

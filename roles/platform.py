@@ -27,11 +27,12 @@ SUPPORTED: dict[str, Platform] = {
 }
 
 
-def platform_from_os_release(host_name: str, os_release: dict) -> Platform:
+def platform_from_os_release(host_name: str, os_release: dict | None) -> Platform:
     """Map the OsRelease fact ({'id': 'debian', 'version_id': '12', ...}) to a Platform.
 
     Raises SettingsError (before any change) for an OS the toolkit has no version map for.
     """
+    os_release = os_release or {}  # no /etc/os-release at all
     key = f"{os_release.get('id', '?')}{os_release.get('version_id', '?').replace('.', '')}"
     if key not in SUPPORTED:
         raise SettingsError(host_name, [

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pyinfra.api.host import Host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
-from pyinfra.facts.server import OsRelease
+from pyinfra.facts.server import OsRelease, Sysctl, Users
 
-from roles import cuda, llama_cpp, nvidia_driver
+from roles import base, cuda, llama_cpp, nvidia_driver, tuning
 from roles.cuda.versions import Toolkit
 from roles.nvidia_driver.facts import NvidiaGpus
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
+from roles.tuning.facts import FreeBytes, SwapHeaderSize
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,13 @@ def preflight(host: Host) -> HostPlan:
     """Validate the host's settings and its whole stack. Raises SettingsError listing every problem."""
     settings = load_settings(host.name, host.data.dict())
     platform = platform_from_os_release(host.name, host.get_fact(OsRelease))
-    driver, problems = nvidia_driver.plan(settings, platform, host.get_fact(DebPackages))
+    problems = base.check(settings, host.get_fact(Users))
+    swap = settings.tuning_swap_file
+    problems += tuning.check(settings, host.get_fact(Sysctl, keys=list(settings.tuning_sysctl_extra)),
+                             host.get_fact(SwapHeaderSize, path=swap), bool(host.get_fact(File, path=swap)),
+                             host.get_fact(FreeBytes, path=swap))
+    driver, more = nvidia_driver.plan(settings, platform, host.get_fact(DebPackages))
+    problems += more
     toolkits, more = cuda.plan(settings, platform, driver.pin if driver else None)
     problems += more
     gpu_caps = [g["compute_cap"] for g in host.get_fact(NvidiaGpus)]

@@ -13,7 +13,9 @@ import difflib
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import ipaddress
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pyinfra.api.exceptions import PyinfraError
 
 # Host data keys that belong to pyinfra and its connectors, not to this toolkit.
@@ -21,7 +23,13 @@ _PYINFRA_PREFIXES = ("ssh_", "_", "winrm_", "docker_", "dockerssh_", "chroot_", 
                      "vagrant_", "fake_")
 
 CudaVersion = Annotated[str, Field(pattern=r"^\d{2}\.\d$", description="major.minor, e.g. '12.4'")]
-Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Sha256 = Annotated[str, BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v),
+                   Field(pattern=r"^[0-9a-f]{64}$")]
+#: Absolute paths without whitespace (systemd splits $VAR arguments on whitespace).
+HostPath = Annotated[str, Field(pattern=r"^/\S*$")]
+#: Where the toolkit must never put the service home or the swapfile.
+SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/proc", "/sys", "/dev", "/run", "/var/lib/dpkg",
+               "/var/lib/apt")
 #: llama.cpp KV cache types (`-ctk/-ctv`), ggml type names (llama.cpp common/arg.cpp kv_cache_types).
 LlamaCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
@@ -32,10 +40,10 @@ class LlamaCppInstance(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model_path: str | None = Field(None, pattern=r"^/", description="GGUF file already on the host")
-    model_source: str | None = Field(None, description="URL or control-machine path of the GGUF file")
+    model_path: HostPath | None = Field(None, description="GGUF file already on the host")
+    model_source: str | None = Field(None, pattern=r"^\S+$", description="URL or control-machine path of the GGUF file")
     model_sha256: Sha256 | None = Field(None, description="sha256 of model_source (required with it)")
-    port: int = Field(8080, ge=1, le=65535, description="TCP port")
+    port: int = Field(8080, ge=1024, le=65535, description="TCP port (>= 1024: the service user cannot bind lower)")
     listen: str = Field("127.0.0.1", description="address to listen on (--host)")
     n_gpu_layers: int = Field(99, ge=0, le=999, description="-ngl: layers on the GPU (99 = all)")
     context: int = Field(8192, ge=256, le=1 << 21, description="-c: context tokens for all slots together")
@@ -45,7 +53,14 @@ class LlamaCppInstance(BaseModel):
     flash_attn: Literal["on", "off", "auto"] = Field("auto", description="-fa")
     metrics: bool = Field(True, description="--metrics: Prometheus endpoint")
     api_key_file: str | None = Field(
-        None, description="control-machine file holding the API key (installed 0600, never on the command line)")
+        None, min_length=1,
+        description="control-machine file holding the API key (installed 0600, never on the command line)")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen_address(cls, v: str) -> str:
+        ipaddress.ip_address(v)  # ValueError names the value: an IP address, no port, no host name
+        return v
 
 
 class Settings(BaseModel):
@@ -54,20 +69,20 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     # -- GPU --------------------------------------------------------------------------------------------
-    gpu_compute_capability: str = Field(
+    gpu_compute_capability: Annotated[str, BeforeValidator(lambda v: f"{v:.1f}" if isinstance(v, float) else v)] = Field(
         "7.0", pattern=r"^\d+\.\d$",
         description="compute capability of the box's GPUs, used where no driver is loaded yet (V100: 7.0)")
 
     # -- base -------------------------------------------------------------------------------------------
     base_apt_mirror: str | None = Field(
-        None, description="distribution mirror URL; None: deb.debian.org / archive.ubuntu.com")
+        None, pattern=r"^https?://\S+$", description="distribution mirror URL; None: deb.debian.org / archive.ubuntu.com")
     base_extra_packages: list[str] = Field(
         default_factory=list, description="extra apt packages to install on every host")
     base_service_user: str = Field(
         "llm", pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
         description="unprivileged system user that the inference services run as")
-    base_service_home: str = Field(
-        "/var/lib/llm", pattern=r"^/", description="home of the service user (models, venvs and builds live here)")
+    base_service_home: HostPath = Field(
+        "/var/lib/llm", description="home of the service user (models and venvs live here); not under /home or /root")
     base_apt_lock_timeout_s: int = Field(
         300, ge=0, le=3600, description="how long apt waits for a dpkg lock held by another apt run")
 
@@ -78,7 +93,7 @@ class Settings(BaseModel):
         default_factory=lambda: {"vm.max_map_count": 1048576, "net.core.somaxconn": 4096},
         description="further kernel settings written to the same sysctl.d file")
     tuning_swap_size_gib: float = Field(8, ge=0, le=4096, description="swapfile size in GiB; 0: no swapfile")
-    tuning_swap_file: str = Field("/swapfile", pattern=r"^/[^\s]+$", description="swapfile path")
+    tuning_swap_file: HostPath = Field("/swapfile", description="swapfile path")
     tuning_thp_mode: Literal["always", "madvise", "never"] = Field(
         "madvise", description="transparent hugepage mode, applied at every boot")
     tuning_nofile_limit: int = Field(
@@ -93,7 +108,7 @@ class Settings(BaseModel):
     nvidia_driver_kernel_module: Literal["proprietary", "open"] = Field(
         "proprietary", description="kernel module flavour; open needs compute capability >= 7.5 (refused on V100)")
     nvidia_driver_headers_package: str | None = Field(
-        None, description="kernel headers metapackage; None: derived from the installed kernel metapackage")
+        None, pattern=r"^linux-headers-[a-z0-9.+-]+$", description="kernel headers metapackage; None: derived from the installed kernel metapackage")
     nvidia_driver_reboot: bool = Field(
         False, description="reboot when the running module must change (else the deploy says a reboot is due)")
 
@@ -102,7 +117,7 @@ class Settings(BaseModel):
         None, description="distro: nvidia-cuda-toolkit (Debian); nvidia: NVIDIA's repo; None: distro on Debian, "
                           "nvidia on Ubuntu")
     cuda_versions: list[CudaVersion] | None = Field(
-        None, description="toolkits to install side by side; None: the source's default for the OS")
+        None, min_length=1, description="toolkits to install side by side; None: the source's default for the OS")
     cuda_default_version: CudaVersion | None = Field(
         None, description="toolkit that /usr/local/cuda and login shells use; None: the first of cuda_versions")
     cuda_allow_minor_version_compat: bool = Field(
@@ -118,7 +133,7 @@ class Settings(BaseModel):
     llama_cpp_source_sha256: Sha256 | None = Field(
         None, description="sha256 of llama_cpp_source (required with it; the default source's is built in)")
     llama_cpp_source_subdir: str | None = Field(
-        None, description="directory inside the archive that holds llama.cpp's CMakeLists.txt; None: found")
+        None, pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9_.+/-]*$", description="directory inside the archive that holds llama.cpp's CMakeLists.txt; None: found")
     llama_cpp_cuda_version: CudaVersion | None = Field(
         None, description="toolkit to build with (one of cuda_versions); None: the default toolkit")
     llama_cpp_cuda_architectures: list[Annotated[str, Field(pattern=r"^\d{2,3}$")]] | None = Field(
@@ -142,6 +157,29 @@ class Settings(BaseModel):
                 raise ValueError(f"{key!r} has its own setting (tuning_{key.split('.')[1]})")
             if "\n" in str(value):
                 raise ValueError(f"value of {key!r} contains a newline")
+        return v
+
+    @field_validator("base_service_home", "tuning_swap_file")
+    @classmethod
+    def _not_system_dirs(cls, v: str) -> str:
+        if v == "/" or v.startswith(("/home/", "/root/")) or v in ("/home", "/root") or \
+                any(v == d or v.startswith(d + "/") for d in SYSTEM_DIRS):
+            raise ValueError(f"{v!r} is a system or login-home location; use a dedicated path such as /var/lib/llm "
+                             "or /swapfile")
+        return v
+
+    @field_validator("llama_cpp_source_subdir")
+    @classmethod
+    def _inside_archive(cls, v: str | None) -> str | None:
+        if v and ".." in v.split("/"):
+            raise ValueError(f"{v!r} leaves the archive")
+        return v
+
+    @field_validator("cuda_versions")
+    @classmethod
+    def _no_duplicates(cls, v: list[str] | None) -> list[str] | None:
+        if v and len(set(v)) != len(v):
+            raise ValueError(f"{v} lists a version twice")
         return v
 
     @field_validator("base_extra_packages")
@@ -183,6 +221,11 @@ def load_settings(host_name: str, data: dict[str, Any]) -> Settings:
         raise SettingsError(host_name, [_explain(err) for err in e.errors()]) from None
 
 
+#: Common spellings of pyinfra's own host data keys.
+PYINFRA_HINTS = {"sudo": "_sudo", "sudo_user": "_sudo_user", "user": "ssh_user", "port": "ssh_port",
+                 "hostname": "ssh_hostname", "key": "ssh_key", "su_user": "_su_user"}
+
+
 def _explain(err: dict) -> str:
     """One SettingsError line for one pydantic error: the dotted key, the value, why, and the fix."""
     loc = [str(p) for p in err["loc"]]
@@ -199,9 +242,15 @@ def _explain(err: dict) -> str:
     if loc[-1] in model.model_fields:
         field_name = loc[-1]
     if err["type"] == "extra_forbidden":
+        if loc[-1] in PYINFRA_HINTS:
+            return problem(key, err.get("input"), "not a toolkit setting",
+                           f"did you mean pyinfra's {PYINFRA_HINTS[loc[-1]]!r}? Rename it")
         close = difflib.get_close_matches(loc[-1], model.model_fields, n=1)
         fix = f"did you mean {close[0]!r}? Rename it" if close else "remove it"
         return problem(key, err.get("input"), "unknown setting", fix + " (settings are listed in README.md)")
+    if "[key]" in loc:  # a dict key (an instance name) failed its pattern
+        return problem(key.replace(".[key]", ""), err.get("input"), "instance names are lower-case letters, digits, "
+                       "'-' and '_' (they become systemd unit names)", "rename the instance, e.g. 'gemma27b'")
     f = model.model_fields.get(field_name) or Settings.model_fields[loc[0]]
     default = f.get_default(call_default_factory=True)
     return problem(key, err.get("input"), err["msg"],

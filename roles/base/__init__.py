@@ -12,7 +12,7 @@ from pyinfra.operations import apt, files, server
 
 from roles.facts import SOURCES_GLOB, SOURCES_STAMP, AptSourcesChanged
 from roles.platform import Platform
-from roles.settings import Settings
+from roles.settings import Settings, problem
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -28,6 +28,20 @@ BASE_PACKAGES = ["ca-certificates", "curl", "gnupg", "pciutils", "kmod", "procps
 #: (Dir::Ignore-Files-Silently), so the user's original content stays on the host.
 DISTRO_SOURCE_FILES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/debian.sources",
                        "/etc/apt/sources.list.d/ubuntu.sources")
+
+
+def check(settings: Settings, users: dict) -> list[str]:
+    """Refusals from host facts: `users` is pyinfra's Users fact. The service user must be a system account of
+    its own, never root or a login user (the role sets its shell to nologin and its home)."""
+    u = users.get(settings.base_service_user)
+    if u is None:
+        return []
+    uid = int(u.get("uid") or 0)
+    if uid == 0 or uid >= 1000 or (u.get("home") or "").rstrip("/") != settings.base_service_home.rstrip("/"):
+        return [problem("base_service_user", settings.base_service_user,
+                        f"an existing account (uid {uid}, home {u.get('home')}) would get nologin and a new home",
+                        "choose a name no account has yet, e.g. 'llm' (the default)")]
+    return []
 
 
 @operation()
@@ -62,7 +76,7 @@ def base(settings: Settings, platform: Platform) -> None:
     server.user(
         name=f"service user {settings.base_service_user}",
         user=settings.base_service_user, system=True, home=settings.base_service_home, create_home=True,
-        shell="/usr/sbin/nologin", groups=["video"],
+        shell="/usr/sbin/nologin", groups=["video"], append=True,
     )
     files.directory(name="service home", path=settings.base_service_home, user=settings.base_service_user,
                     group=settings.base_service_user, mode="750")

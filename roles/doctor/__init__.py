@@ -15,11 +15,12 @@ from pyinfra.facts.deb import DebPackage
 from pyinfra.facts.files import File, Link
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from roles.doctor.facts import (DpkgAudit, DriverPackages, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion,
-                                PendingUpgrades, RunfileMarkers, UnattendedNotBlocked)
+from roles.doctor.facts import (DpkgAudit, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion, PendingUpgrades,
+                                RunfileMarkers, UnattendedNotBlocked)
 from roles.facts import AptHolds, HostTraits
 from roles.nvidia_driver import BLACKLIST
-from roles.nvidia_driver.facts import DkmsStatus, InitramfsLacking, InstalledKernels, NvidiaGpus
+from roles.nvidia_driver.facts import (DkmsStatus, DriverPackages, InitramfsLacking, InstalledKernels, NvidiaGpus,
+                                      split_driver_packages, upstream)
 from roles.preflight import HostPlan
 
 #: Xid codes that mean the GPU or its link failed (NVIDIA Xid catalog): 48 double-bit ECC, 79 fallen off the bus,
@@ -46,11 +47,6 @@ def broken(check: str, evidence: str, fix: str) -> Row:
     return Row(check, "broken", evidence, fix)
 
 
-def upstream(version: str) -> str:
-    """'550.163.01-2' -> '550.163.01'."""
-    return version.split("-")[0].split(":")[-1]
-
-
 def diagnose(host: Host, plan: HostPlan) -> list[Row]:
     """All checks for one host (facts read now; nothing changed)."""
     pin = plan.driver.pin
@@ -64,7 +60,8 @@ def diagnose(host: Host, plan: HostPlan) -> list[Row]:
     rows.append(broken("driver packages at the pinned versions",
                        f"differ: {wrong}" if wrong else f"missing: {missing}", "run repair.py")
                 if wrong or missing else ok("driver packages at the pinned versions", f"{len(pin.packages)} at {pin.version}"))
-    others = {n: p["version"] for n, p in pkgs.items() if n not in pin.packages}
+    ours, other_pkgs = split_driver_packages(pkgs, pin.packages, pin.version)
+    others = {n: p["version"] for n, p in other_pkgs.items()}
     rows.append(broken("no other driver branch installed", f"also installed: {others}",
                        "run repair.py (purges them before reinstalling the pin)")
                 if others else ok("no other driver branch installed", "only the pinned driver's packages"))
@@ -116,7 +113,7 @@ def diagnose(host: Host, plan: HostPlan) -> list[Row]:
 
     # protection against upgrades
     held = set(host.get_fact(AptHolds))
-    unheld = sorted(set(pin.packages) & set(pkgs) - held)
+    unheld = sorted(set(ours) - held)
     pending = {n: v for n, v in host.get_fact(PendingUpgrades).items() if n in pkgs}
     rows.append(broken("driver packages held", f"not held: {unheld}" + (f"; apt would upgrade {pending}"
                                                                         if pending else ""), "run repair.py")

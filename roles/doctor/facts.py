@@ -7,10 +7,6 @@ import re
 
 from pyinfra.api import FactBase
 
-#: Source packages of NVIDIA driver userland and kernel modules, on Debian, Ubuntu and NVIDIA's repository.
-DRIVER_SOURCE_RE = re.compile(r"^(nvidia-graphics-drivers.*|nvidia-persistenced|nvidia-modprobe|nvidia-settings)$")
-
-
 def module_version_from_proc(text: str) -> str | None:
     """The kernel module version from /proc/driver/nvidia/version, e.g.
     'NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed ...' -> '535.261.03'."""
@@ -27,23 +23,6 @@ def xid_events(lines: list[str]) -> list[dict]:
         if m:
             events.append({"pci": m.group(1), "xid": int(m.group(2)), "text": m.group(3).strip()})
     return events
-
-
-class DriverPackages(FactBase):
-    """Installed packages built from NVIDIA driver sources: {name: {'version', 'source', 'status'}}."""
-
-    default = dict
-
-    def command(self) -> str:
-        return "dpkg-query -W -f '${Package}\\t${Version}\\t${source:Package}\\t${db:Status-Abbrev}\\n'"
-
-    def process(self, output: list[str]) -> dict[str, dict]:
-        pkgs = {}
-        for line in output:
-            parts = line.split("\t")
-            if len(parts) == 4 and DRIVER_SOURCE_RE.match(parts[2]) and parts[3].strip() not in ("un", "rc"):
-                pkgs[parts[0]] = {"version": parts[1], "source": parts[2], "status": parts[3].strip()}
-        return pkgs
 
 
 class DpkgAudit(FactBase):

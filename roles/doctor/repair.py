@@ -6,8 +6,9 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy, operation
 
-from roles.doctor.facts import RUNFILE_UNINSTALLER, DpkgAudit, DriverPackages, RunfileMarkers
+from roles.doctor.facts import RUNFILE_UNINSTALLER, DpkgAudit, RunfileMarkers
 from roles.facts import AptHolds
+from roles.nvidia_driver.facts import DriverPackages, split_driver_packages
 from roles.nvidia_driver.versions import DriverPin
 
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold"
@@ -34,7 +35,7 @@ def purge_other_branches(pin: DriverPin):
     version are released so that the role can reinstall them at the pin."""
     pkgs = host.get_fact(DriverPackages)
     held = set(host.get_fact(AptHolds))
-    others = sorted(n for n in pkgs if n not in pin.packages)
+    others = sorted(split_driver_packages(pkgs, pin.packages, pin.version)[1])
     off_pin = sorted(n for n, p in pkgs.items() if n in pin.packages and p["version"] != pin.packages[n])
     release = sorted((set(others) | set(off_pin)) & held)
     if release:

@@ -10,6 +10,7 @@ A checksum mismatch or a failing build stops before the link moves, so the runni
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import shlex
 from dataclasses import dataclass, replace
@@ -26,6 +27,7 @@ from pyinfra.operations.util import any_changed
 
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, Source
+from roles.secrets import secret_file
 from roles.settings import LlamaCppInstance, Settings, problem
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -166,10 +168,13 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
                     problems.append(problem(f"{key}.model_sha256", inst.model_sha256,
                                             f"the file's sha256 is {actual}", "check the file, then the checksum"))
         api_key = None
+        if not inst.api_key_file and not ipaddress.ip_address(inst.listen).is_loopback:
+            problems.append(problem(f"{key}.listen", inst.listen, "reachable from the network without an API key",
+                                    "set api_key_file, or listen on 127.0.0.1 behind your own proxy"))
         if inst.api_key_file:
             p = Path(inst.api_key_file).expanduser()
             if not p.is_file():
-                problems.append(problem(f"{key}.api_key_file", inst.api_key_file, "no such file on the control "
+                problems.append(problem(f"{key}.api_key_file", inst.api_key_file, "not a file on the control "
                                         "machine", "write the key to a file readable only by you"))
             else:
                 api_key = p.read_text().strip()
@@ -305,8 +310,8 @@ def llama_cpp(settings: Settings, p: LlamaCppPlan) -> None:
             dest=f"{CONFIG_DIR}/{inst.name}.env", mode="644"))
         key_file = f"{CONFIG_DIR}/{inst.name}.key.env"
         if inst.api_key:
-            changed.append(files.put(name=f"{inst.name}: API key (0600)", src=StringIO(f"LLAMA_API_KEY={inst.api_key}\n"),
-                                     dest=key_file, mode="600", user="root", group="root"))
+            changed.append(secret_file(name=f"{inst.name}: API key (0600)", dest=key_file,
+                                       content=f"LLAMA_API_KEY={inst.api_key}\n"))
         else:
             changed.append(files.file(name=f"{inst.name}: no API key", path=key_file, present=False))
         service = f"llama-server@{inst.name}"

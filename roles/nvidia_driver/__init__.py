@@ -17,7 +17,8 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.facts import AptHolds, HostTraits
-from roles.nvidia_driver.facts import DkmsStatus, InitramfsLacking, InstalledKernels, LoadedNvidiaModule, NvidiaGpus
+from roles.nvidia_driver.facts import (DkmsStatus, DriverPackages, InitramfsLacking, InstalledKernels,
+                                      LoadedNvidiaModule, NvidiaGpus, split_driver_packages)
 from roles.nvidia_driver.versions import DRIVER_PINS, DriverPin
 from roles.platform import Platform
 from roles.settings import Settings, problem
@@ -100,9 +101,11 @@ def headers_metapackage(platform: Platform, installed: dict) -> str:
 
 
 @operation()
-def hold(packages: list[str]):
-    """apt-mark hold each package that is not held yet."""
-    missing = sorted(set(packages) - set(host.get_fact(AptHolds)))
+def hold(pin: DriverPin):
+    """apt-mark hold the pin's packages and every installed package of the driver at the pinned version (the
+    dependencies that metapackages pull in), each only if not held yet."""
+    ours, _ = split_driver_packages(host.get_fact(DriverPackages), pin.packages, pin.version)
+    missing = sorted((set(pin.packages) | set(ours)) - set(host.get_fact(AptHolds)))
     if missing:
         yield "apt-mark hold " + " ".join(missing)
 
@@ -174,7 +177,7 @@ def nvidia_driver(settings: Settings, driver: DriverPlan) -> None:
     apt.packages(name=f"driver {pin.version}, proprietary module",
                  packages=[f"{n}={v}" for n, v in sorted(pin.packages.items())], no_recommends=True,
                  extra_install_args="--allow-change-held-packages")
-    hold(name="driver packages held", packages=sorted(pin.packages))
+    hold(name="driver packages held", pin=pin)
     dkms_for_every_kernel(name="module built for every installed kernel", module_prefix=pin.dkms_module)
     server.shell(name="initramfs rebuilt with the blacklist", commands=["update-initramfs -u -k all"],
                  _if=blacklist.did_change)

@@ -2,7 +2,32 @@
 
 from __future__ import annotations
 
+import re
+
 from pyinfra.api import FactBase
+
+#: Source packages of NVIDIA driver userland and kernel modules, on Debian, Ubuntu and NVIDIA's repository.
+DRIVER_SOURCE_RE = re.compile(r"^(nvidia-graphics-drivers.*|nvidia-persistenced|nvidia-modprobe|nvidia-settings)$")
+
+
+def upstream(version: str) -> str:
+    """The upstream part of a Debian version: '1:550.163.01-2' -> '550.163.01'."""
+    return version.split(":")[-1].rsplit("-", 1)[0]
+
+
+def split_driver_packages(pkgs: dict[str, dict], pin_packages: dict[str, str], pin_version: str):
+    """Split installed driver packages (DriverPackages) into (ours, others).
+
+    Ours: the pin's packages, and packages of the driver's own source at the pinned version (dependencies that
+    NVIDIA's and Ubuntu's metapackages pull in). Others: any other version of a driver source: another branch."""
+    ours, others = {}, {}
+    for name, p in pkgs.items():
+        same = name in pin_packages or (p["source"].startswith("nvidia-graphics-drivers")
+                                        and upstream(p["version"]) == pin_version)
+        (ours if same else others)[name] = p
+    return ours, others
+
+
 
 
 class NvidiaGpus(FactBase):
@@ -88,3 +113,20 @@ class InitramfsLacking(FactBase):
 
     def process(self, output: list[str]) -> list[str]:
         return [line.strip() for line in output if line.strip()]
+
+
+class DriverPackages(FactBase):
+    """Installed packages built from NVIDIA driver sources: {name: {'version', 'source', 'status'}}."""
+
+    default = dict
+
+    def command(self) -> str:
+        return "dpkg-query -W -f '${Package}\\t${Version}\\t${source:Package}\\t${db:Status-Abbrev}\\n'"
+
+    def process(self, output: list[str]) -> dict[str, dict]:
+        pkgs = {}
+        for line in output:
+            parts = line.split("\t")
+            if len(parts) == 4 and DRIVER_SOURCE_RE.match(parts[2]) and parts[3].strip() not in ("un", "rc"):
+                pkgs[parts[0]] = {"version": parts[1], "source": parts[2], "status": parts[3].strip()}
+        return pkgs

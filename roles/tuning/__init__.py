@@ -17,7 +17,7 @@ from pyinfra.facts.server import Sysctl
 from pyinfra.operations import files, server, systemd
 
 from roles.facts import HostTraits
-from roles.settings import Settings
+from roles.settings import Settings, problem
 from roles.tuning.facts import ActiveSwaps, SwapHeaderSize
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -31,6 +31,23 @@ def skipped(what: str, why: str) -> None:
     """Report a live step that the host does not allow (shown in the deploy output)."""
     logger.warning(f"[{host.name}] tuning: {what} skipped: {why}; the persistent setting is written and takes "
                    f"effect at boot on a host that allows it")
+
+
+def check(settings: Settings, sysctl: dict, swap_header_size: int | None, exists: bool, avail_bytes: int | None
+          ) -> list[str]:
+    """Refusals from host facts: every sysctl key must exist on the host (`sysctl`: the Sysctl fact for them); the
+    swapfile path must be free or already a swapfile, and fit on its filesystem with 1 GiB to spare."""
+    problems = [problem("tuning_sysctl_extra", {k: v}, f"the host's kernel has no {k}", "remove it or fix its name")
+                for k, v in settings.tuning_sysctl_extra.items() if k not in sysctl]
+    size = int(settings.tuning_swap_size_gib * GIB) // 4096 * 4096
+    if exists and swap_header_size is None:
+        problems.append(problem("tuning_swap_file", settings.tuning_swap_file, "exists and is not a swapfile",
+                                "choose a path that does not exist yet, e.g. /swapfile"))
+    elif size and swap_header_size != size and avail_bytes is not None and size + GIB > avail_bytes:
+        problems.append(problem("tuning_swap_size_gib", settings.tuning_swap_size_gib,
+                                f"only {avail_bytes / GIB:.1f} GiB free where the swapfile goes",
+                                "choose a smaller size or another tuning_swap_file"))
+    return problems
 
 
 @operation()
@@ -49,9 +66,9 @@ def swapfile(path: str, size_bytes: int, activate: bool):
         if path in active:
             yield f"swapoff {path}"
         tmp = f"{path}.v100kit-new"
-        yield (f"rm -f {tmp} && (fallocate -l {size_bytes} {tmp} || dd if=/dev/zero of={tmp} bs=1M "
+        yield (f"rm -f {tmp} && ((fallocate -l {size_bytes} {tmp} || dd if=/dev/zero of={tmp} bs=1M "
                f"count={size_bytes // 2**20} status=none) && chmod 600 {tmp} && mkswap {tmp} >/dev/null && "
-               f"mv -f {tmp} {path}")
+               f"mv -f {tmp} {path} || {{ rm -f {tmp}; exit 1; }})")
         active = {}
     if activate and path not in active:
         yield f"swapon {path}"

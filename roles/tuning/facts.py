@@ -32,3 +32,13 @@ class SwapHeaderSize(FactBase):
 
     def process(self, output: list[str]) -> int | None:
         return int(output[0]) if output and output[0].strip().isdigit() else None
+
+
+class FreeBytes(FactBase):
+    """Bytes available to root on the filesystem that holds `path` (or its parent directory)."""
+
+    def command(self, path: str) -> str:
+        return f"df -B1 --output=avail \"$(dirname {path})\" 2>/dev/null | tail -n 1"
+
+    def process(self, output: list[str]) -> int | None:
+        return int(output[-1]) if output and output[-1].strip().isdigit() else None

@@ -35,6 +35,7 @@ BARE_METAL = {
     "dpkg -l": ["ii  linux-image-generic  6.8.0.45.45  amd64  Generic Linux kernel image"],
     "uname -s": ["Linux"],
     "command -v": ["/usr/bin/found"],  # every tool the operations look for is installed
+    "sysctl ": ["vm.swappiness = 60", "vm.nr_hugepages = 0", "vm.max_map_count = 65530", "net.core.somaxconn = 4096"],
 }
 
 
@@ -63,7 +64,7 @@ def doctor_rows(os_release: list[str], data: dict | None = None, responses: dict
 
 
 def plan_commands(os_release: list[str], data: dict | None = None, responses: dict | None = None,
-                  stops_early: bool = False) -> list[str]:
+                  stops_early: bool = False, deploys: tuple[str, ...] = ("deploy.py",)) -> list[str]:
     """Run deploy.py against one fake host; return the commands it would execute, in order.
 
     Raises what deploy.py raises (SettingsError for refused settings) before any command is recorded.
@@ -76,7 +77,8 @@ def plan_commands(os_release: list[str], data: dict | None = None, responses: di
     try:
         with ctx_state.use(state):
             connect_all(state)
-            load_deploy_file(state, str(ROOT / "deploy.py"))
+            for name in deploys:
+                load_deploy_file(state, str(ROOT / name))
             try:
                 run_ops(state)
             except PyinfraError:

@@ -49,3 +49,12 @@ def test_plan_llama_cpp_refusals(data, key):
     with pytest.raises(SettingsError) as e:
         plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}, **data})
     assert key in str(e.value)
+
+
+def test_plan_api_key_never_in_a_command_or_the_diff(tmp_path, caplog):
+    key_file = tmp_path / "key"
+    key_file.write_text("sekrit-KEY-123\n")
+    cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "api_key_file": str(key_file)}}})
+    assert not [c for c in cmds if "sekrit-KEY-123" in c]
+    assert "sekrit-KEY-123" not in caplog.text
+    assert any(c.startswith("chown root:root /root/.v100kit-secrets/") and "chmod 600" in c for c in cmds)
