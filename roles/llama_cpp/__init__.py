@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pyinfra import host
-from pyinfra.api import deploy, operation
+from pyinfra.api import FactBase, deploy, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import File, Link, Sha256File
 from pyinfra.operations import apt, files, systemd
@@ -271,6 +271,18 @@ def verified(path: str, sha256: str):
     yield  # an operation is a generator
 
 
+class InstalledInstances(FactBase):
+    """Names of the llama-server instances configured on the host (/etc/llama-server/NAME.env)."""
+
+    default = list
+
+    def command(self) -> str:
+        return f"ls {CONFIG_DIR}/*.env 2>/dev/null | grep -v '\\.key\\.env$' || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return sorted(Path(line.strip()).name.removesuffix(".env") for line in output if line.strip())
+
+
 @deploy("llama.cpp")
 def llama_cpp(settings: Settings, p: LlamaCppPlan) -> None:
     user, home = settings.base_service_user, settings.base_service_home
@@ -318,3 +330,9 @@ def llama_cpp(settings: Settings, p: LlamaCppPlan) -> None:
         systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True)
         systemd.service(name=f"{service} restarted (unit, settings, model or binary changed)", service=service,
                         restarted=True, _if=any_changed(*changed))
+    # instances removed from the settings stop and lose their configuration (their models stay)
+    for name in sorted(set(host.get_fact(InstalledInstances)) - {i.name for i in p.instances}):
+        systemd.service(name=f"llama-server@{name} removed", service=f"llama-server@{name}", running=False,
+                        enabled=False)
+        for path in (f"{CONFIG_DIR}/{name}.env", f"{CONFIG_DIR}/{name}.key.env"):
+            files.file(name=f"{path} removed", path=path, present=False)

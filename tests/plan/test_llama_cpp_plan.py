@@ -58,3 +58,12 @@ def test_plan_api_key_never_in_a_command_or_the_diff(tmp_path, caplog):
     assert not [c for c in cmds if "sekrit-KEY-123" in c]
     assert "sekrit-KEY-123" not in caplog.text
     assert any(c.startswith("chown root:root /root/.v100kit-secrets/") and "chmod 600" in c for c in cmds)
+
+
+def test_plan_removed_instance_is_stopped_and_unconfigured():
+    cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}}, responses={
+        "ls /etc/llama-server/*.env": ["/etc/llama-server/tiny.env", "/etc/llama-server/old.env"],
+        "llama-server@old.service": ["Id=llama-server@old.service", "SubState=running", "UnitFileState=enabled"]})
+    assert "systemctl stop llama-server@old.service" in cmds
+    assert "systemctl disable llama-server@old.service" in cmds
+    assert not [c for c in cmds if "llama-server@tiny" in c and ("stop" in c or "disable" in c)]
