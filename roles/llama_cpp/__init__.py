@@ -244,14 +244,15 @@ def build(plan_: LlamaCppPlan, jobs: int):
     yield (
         f"set -e; rm -rf {b} {plan_.prefix}.new; mkdir -p {b}/src {CCACHE_DIR}; "
         f"tar -xzf {plan_.archive} -C {b}/src; {find_src}; "
-        f"export CCACHE_DIR={CCACHE_DIR}; "
+        # each build tree has its own path: relative paths let ccache hit across refs and prefixes
+        f"export CCACHE_DIR={CCACHE_DIR} CCACHE_BASEDIR={WORK}/build CCACHE_NOHASHDIR=true; "
         f"cmake -S $s -B {b}/build {cmake} > {b}/configure.log 2>&1 || {{ tail -40 {b}/configure.log >&2; exit 1; }}; "
         f"cmake --build {b}/build -j {jobs} --target llama-server > {b}/build.log 2>&1 "
         f"|| {{ tail -60 {b}/build.log >&2; exit 1; }}; "
         f"mkdir -p {plan_.prefix}.new/bin; cp -a {b}/build/bin/llama-server {b}/build/bin/*.so* {plan_.prefix}.new/bin/; "
         f"{plan_.prefix}.new/bin/llama-server --version; "
         f"printf '%s\\n' {shlex.quote(stamp)} > {plan_.prefix}.new/{STAMP}; "
-        f"mv -T {plan_.prefix}.new {plan_.prefix}; rm -rf {b}"
+        f"mv -T {plan_.prefix}.new {plan_.prefix}; rm -rf {WORK}/build"  # also trees of earlier failed builds
     )
 
 
