@@ -73,3 +73,14 @@ class AptHolds(FactBase):
 
     def process(self, output: list[str]) -> list[str]:
         return sorted(line.split(":")[0].strip() for line in output if line.strip())
+
+
+class PackageInstalled(FactBase):
+    """True when `package` is installed and configured (dpkg status 'ii'; a removed package whose configuration
+    files remain, 'rc', is not)."""
+
+    def command(self, package: str) -> str:
+        return f"dpkg-query -W -f '${{db:Status-Abbrev}}' {package} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> bool:
+        return bool(output) and output[0].strip() == "ii"

@@ -11,13 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from pyinfra.api.host import Host
-from pyinfra.facts.deb import DebPackage
 from pyinfra.facts.files import File, Link
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from roles.doctor.facts import (DpkgAudit, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion, PendingUpgrades,
                                 RunfileMarkers, UnattendedNotBlocked)
-from roles.facts import AptHolds, HostTraits
+from roles.facts import AptHolds, HostTraits, PackageInstalled
 from roles.nvidia_driver import BLACKLIST
 from roles.nvidia_driver.facts import (DkmsStatus, DriverPackages, InitramfsLacking, InstalledKernels, NvidiaGpus,
                                       split_driver_packages, upstream)
@@ -96,7 +95,7 @@ def diagnose(host: Host, plan: HostPlan) -> list[Row]:
                        "run repair.py (dkms autoinstall per kernel)")
                 if unbuilt else ok("nvidia module built for every installed kernel", f"{sorted(built)}"))
     meta = plan.driver.headers_package
-    rows.append(ok("headers metapackage installed", meta) if host.get_fact(DebPackage, package=meta)
+    rows.append(ok("headers metapackage installed", meta) if host.get_fact(PackageInstalled, package=meta)
                 else broken("headers metapackage installed", f"{meta} is not installed",
                             "run repair.py (headers must follow kernel upgrades)"))
 

@@ -102,14 +102,15 @@ class DkmsStatus(FactBase):
 
 
 class InitramfsLacking(FactBase):
-    """Initramfs images (/boot/initrd.img-<version>) that do not contain `path`: a list of kernel versions."""
+    """Installed kernels (/boot/vmlinuz-<version>) whose initramfs (/boot/initrd.img-<version>) does not contain
+    `path`: a list of kernel versions. Backups such as initrd.img-*.dpkg-bak are not looked at."""
 
     default = list
 
     def command(self, path: str) -> str:
         rel = path.lstrip("/")
-        return ("for i in /boot/initrd.img-*; do [ -e \"$i\" ] || continue; "
-                f"lsinitramfs \"$i\" 2>/dev/null | grep -qx '{rel}' || echo \"${{i#/boot/initrd.img-}}\"; done")
+        return ("for k in /boot/vmlinuz-*; do [ -e \"$k\" ] || continue; v=${k#/boot/vmlinuz-}; "
+                f"lsinitramfs /boot/initrd.img-$v 2>/dev/null | grep -qx '{rel}' || echo \"$v\"; done")
 
     def process(self, output: list[str]) -> list[str]:
         return [line.strip() for line in output if line.strip()]
