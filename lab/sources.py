@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import urllib.request
 from pathlib import Path
 
 from lab.harness import LAB_CACHE
+from roles.llama_cpp import sha256_file as sha256_of
 from roles.llama_cpp.versions import DEFAULT_SOURCE
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def llama_cpp_default_source(cache: Path = LAB_CACHE) -> Path:

@@ -69,7 +69,8 @@ def _is_url(s: str) -> bool:
     return urlparse(s).scheme in ("http", "https")
 
 
-def _sha256_file(path: str) -> str:
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file on the control machine, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -115,7 +116,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
         if not Path(source.url).is_file():
             problems.append(problem("llama_cpp_source", source.url, "no such file on the control machine",
                                     "give an existing .tar.gz path or a URL"))
-        elif (actual := _sha256_file(source.url)) != source.sha256:
+        elif (actual := sha256_file(source.url)) != source.sha256:
             problems.append(problem("llama_cpp_source_sha256", source.sha256,
                                     f"the archive's sha256 is {actual}", "check the archive, then the checksum"))
 
@@ -164,7 +165,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
                 if not Path(model_source).is_file():
                     problems.append(problem(f"{key}.model_source", model_source,
                                             "no such file on the control machine", "give an existing path or a URL"))
-                elif (actual := _sha256_file(model_source)) != inst.model_sha256:
+                elif (actual := sha256_file(model_source)) != inst.model_sha256:
                     problems.append(problem(f"{key}.model_sha256", inst.model_sha256,
                                             f"the file's sha256 is {actual}", "check the file, then the checksum"))
         api_key = None
