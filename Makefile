@@ -1,4 +1,4 @@
-# make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification
+# make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification (~30 min)
 # make test       every test: settings, plan-level and lab (fresh lab hosts, about 45 minutes)
 # make test-fast  settings and plan-level tests only (seconds, no lab, no root)
 .PHONY: setup setup-lab lab test test-fast clean-lab
@@ -10,7 +10,7 @@ setup-lab:
 	./tools/setup.sh --lab
 
 lab: setup-lab
-	.venv/bin/python -m pytest tests/lab -v -rs
+	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive"
 
 test: setup-lab
 	.venv/bin/python -m pytest -rs

@@ -54,6 +54,7 @@ def tiny(provisioned_spec_data: dict, **changes) -> dict:
     return {TINY: {"tiny": inst}}
 
 
+@pytest.mark.disruptive
 @pytest.mark.parametrize("data, key", [
     ({"cuda_verions": ["12.4"]}, "cuda_verions"),                          # a typo
     ({"tuning_swappiness": "lots"}, "tuning_swappiness"),                  # wrong type

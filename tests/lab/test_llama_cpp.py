@@ -138,6 +138,7 @@ def rebuild_target(provisioned, target):
     return target
 
 
+@pytest.mark.disruptive
 def test_corrupt_archive_refused_before_any_change(rebuild_target, tmp_path):
     t = rebuild_target
     good = repacked(tmp_path, "good", lambda tree: None)
@@ -151,6 +152,7 @@ def test_corrupt_archive_refused_before_any_change(rebuild_target, tmp_path):
     assert (current(t), invocation(t)) == before
 
 
+@pytest.mark.disruptive
 def test_failing_build_leaves_current_build_and_service(rebuild_target, tmp_path):
     t = rebuild_target
     broken = repacked(tmp_path, "broken", lambda tree: (tree / "CMakeLists.txt").write_text(
@@ -163,6 +165,7 @@ def test_failing_build_leaves_current_build_and_service(rebuild_target, tmp_path
     assert http(LLAMA_PORTS[REBUILD_HOST], "/health")[0] == 200
 
 
+@pytest.mark.disruptive
 def test_ref_change_builds_new_prefix_keeps_old_and_rolls_back(rebuild_target, tmp_path):
     t = rebuild_target
     old_prefix, old_invocation, old_starts = current(t), invocation(t), starts(t)

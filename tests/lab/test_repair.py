@@ -15,6 +15,8 @@ from roles.doctor.__main__ import run as doctor
 from roles.nvidia_driver import BLACKLIST, PREFERENCES
 from tests.lab.provision import ROOT, PYINFRA, DeployRun, deploy
 
+pytestmark = pytest.mark.disruptive
+
 HOST = "lab-trixie"
 OLD_KERNEL = "linux-image-6.12.107+deb13-amd64"  # installed alone: a kernel without headers
 OTHER_BRANCH = "nvidia-tesla-535-smi libnvidia-tesla-535-ml1"  # a second driver version's userland
