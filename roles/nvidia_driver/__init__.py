@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import deploy, operation
+from pyinfra.api import FactBase, deploy, operation
+from pyinfra.api.command import FunctionCommand
+from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.server import Command
 from pyinfra.operations import apt, files, server, systemd
 
@@ -138,6 +140,25 @@ def initramfs_contains(path: str):
         yield f"update-initramfs -u -k {kernel}"
 
 
+class BootId(FactBase):
+    """This boot's id (/proc/sys/kernel/random/boot_id): it changes at every boot."""
+
+    def command(self) -> str:
+        return "cat /proc/sys/kernel/random/boot_id"
+
+    def process(self, output: list[str]) -> str:
+        return output[0].strip() if output else ""
+
+
+def _booted_again(state, host, before: str) -> bool:
+    """Raise unless the host reports a boot_id other than `before` (the reboot really happened)."""
+    now = host.get_fact(BootId)
+    if not now or now == before:
+        raise OperationError(f"{host.name}: boot_id still {before!r} after the reboot")
+    logger.info(f"[{host.name}] rebooted: boot_id {before} -> {now}")
+    return True
+
+
 @operation()
 def module_loaded(version: str, allow_reboot: bool):
     """Load the pinned module where the host allows it; reboot only when allowed and the running module must
@@ -155,7 +176,9 @@ def module_loaded(version: str, allow_reboot: bool):
     why = "nouveau owns the GPU" if traits["nouveau_loaded"] else f"module {loaded} is loaded, pinned {version}"
     if allow_reboot:
         logger.warning(f"[{host.name}] nvidia_driver: rebooting: {why}")
+        before = host.get_fact(BootId)
         yield from server.reboot._inner(delay=REBOOT_DELAY_S, reboot_timeout=600)
+        yield FunctionCommand(_booted_again, (before,), {})  # then the deploy resumes on the new boot
     else:
         logger.warning(f"[{host.name}] nvidia_driver: REBOOT REQUIRED ({why}); reboot, or deploy again with "
                        "nvidia_driver_reboot: true")
