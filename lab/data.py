@@ -32,7 +32,7 @@ def api_key_file(state: Path = LAB_STATE) -> Path:
 
 
 def tiny_model(cache: Path = LAB_CACHE) -> Path:
-    path = cache / "models" / "tiny-llama.gguf"
+    path = cache / "models" / "tiny-llama-v2.gguf"  # v2: trained context 8192
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         write_tiny_llama(path.with_suffix(".part"))
@@ -51,6 +51,7 @@ def host_data(spec: HostSpec) -> dict:
             "llama_cpp_source_sha256": DEFAULT_SOURCE.sha256,
             "llama_cpp_instances": {"tiny": {
                 "model_source": str(model), "model_sha256": sha256_of(model), "port": LLAMA_PORTS[spec.name],
-                "context": 512, "api_key_file": str(api_key_file())}},
+                # 8192 tokens: a KV cache of ~1 MiB, so that llama-server's 2-decimal MiB figure can be compared
+                "context": 8192, "api_key_file": str(api_key_file())}},
         })
     return data

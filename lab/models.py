@@ -11,7 +11,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-N_EMBD, N_HEAD, N_HEAD_KV, N_LAYER, N_FF, N_CTX = 64, 4, 2, 2, 128, 2048
+N_EMBD, N_HEAD, N_HEAD_KV, N_LAYER, N_FF, N_CTX = 64, 4, 2, 2, 128, 8192
 HEAD_DIM = N_EMBD // N_HEAD
 
 

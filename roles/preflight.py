@@ -42,8 +42,8 @@ def preflight(host: Host) -> HostPlan:
     problems += more
     toolkits, more = cuda.plan(settings, platform, driver.pin if driver else None)
     problems += more
-    gpu_caps = [g["compute_cap"] for g in host.get_fact(NvidiaGpus)]
-    llama, more = llama_cpp.plan(settings, toolkits, gpu_caps, lambda path: bool(host.get_fact(File, path=path)))
+    gpus = host.get_fact(NvidiaGpus)
+    llama, more = llama_cpp.plan(settings, toolkits, gpus, lambda path: bool(host.get_fact(File, path=path)))
     problems += more
     if problems or driver is None:
         raise SettingsError(host.name, problems)

@@ -52,6 +52,8 @@ class LlamaCppInstance(BaseModel):
     parallel: int = Field(1, ge=1, le=256, description="-np: parallel slots")
     flash_attn: Literal["on", "off", "auto"] = Field("auto", description="-fa")
     metrics: bool = Field(True, description="--metrics: Prometheus endpoint")
+    allow_offload: bool = Field(
+        False, description="accept a plan that runs layers on the CPU (single-digit tokens/s); refused otherwise")
     api_key_file: str | None = Field(
         None, min_length=1,
         description="control-machine file holding the API key (installed 0600, never on the command line)")
@@ -72,6 +74,15 @@ class Settings(BaseModel):
     gpu_compute_capability: Annotated[str, BeforeValidator(lambda v: f"{v:.1f}" if isinstance(v, float) else v)] = Field(
         "7.0", pattern=r"^\d+\.\d$",
         description="compute capability of the box's GPUs, used where no driver is loaded yet (V100: 7.0)")
+
+    gpu_memory_mib: int = Field(
+        16160, ge=1024, le=1 << 20,
+        description="VRAM per GPU in MiB for the planner where nvidia-smi cannot tell yet (before the first driver "
+                    "install); 16 GB V100: 16160, 32 GB: 32510")
+    gpu_count: int = Field(1, ge=1, le=16, description="GPUs per box for the planner where nvidia-smi cannot tell yet")
+    gpu_usable_fraction: float = Field(
+        1.0, gt=0, le=1, description="share of VRAM the planner may fill; CUDA context and compute buffers are "
+                                     "already counted, so below 1 is extra margin")
 
     # -- base -------------------------------------------------------------------------------------------
     base_apt_mirror: str | None = Field(

@@ -22,8 +22,9 @@ from roles.preflight import preflight
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(inventory_file: str, limit: list[str] | None = None) -> dict[str, list[Row] | str]:
-    """{host name: rows, or the error string when the host could not be diagnosed}."""
+def for_each_host(inventory_file: str, limit: list[str] | None, fn) -> dict:
+    """{host name: fn(host, preflight(host)), or the error string when the host cannot be reached or refused}.
+    Read-only: only facts are gathered."""
     os.chdir(ROOT)  # group_data/ is found relative to the project, as for pyinfra's CLI
     with ctx_state.use(State()):  # inventory files are executed in a pyinfra context
         inventory = make_inventory(inventory_file, cwd=str(ROOT))
@@ -40,10 +41,15 @@ def run(inventory_file: str, limit: list[str] | None = None) -> dict[str, list[R
                 continue
             with ctx_host.use(host):
                 try:
-                    results[host.name] = diagnose(host, preflight(host))
+                    results[host.name] = fn(host, preflight(host))
                 except PyinfraError as e:
                     results[host.name] = str(e)
     return results
+
+
+def run(inventory_file: str, limit: list[str] | None = None) -> dict[str, list[Row] | str]:
+    """{host name: doctor rows, or the error string when the host could not be diagnosed}."""
+    return for_each_host(inventory_file, limit, diagnose)
 
 
 def table(results: dict[str, list[Row] | str]) -> str:

@@ -25,6 +25,7 @@ from pyinfra.facts.files import File, Link, Sha256File
 from pyinfra.operations import apt, files, systemd
 from pyinfra.operations.util import any_changed
 
+from roles import planner
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, Source
 from roles.secrets import secret_file
@@ -46,6 +47,7 @@ class Instance:
     model_path: str  # on the host
     model_source: str | None  # URL or control-machine path to place there
     api_key: str | None
+    memory: planner.Plan | None = None  # None: the model file is not readable before the deploy (URL, host path)
 
 
 @dataclass(frozen=True)
@@ -78,14 +80,39 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
+def memory_plan(inst_key: str, s: LlamaCppInstance, gguf_path: str, settings: Settings, gpus: list[dict]
+                ) -> tuple[planner.Plan | None, list[str]]:
+    """The planner's verdict for one instance whose GGUF file is readable here: (plan, problems). VRAM and GPU
+    count come from nvidia-smi where it answers, else from gpu_memory_mib / gpu_count."""
+    try:
+        model = planner.read_gguf(gguf_path)
+    except Exception as e:  # not a GGUF file, or one the gguf package cannot read
+        return None, [problem(f"{inst_key}.model_source", gguf_path, f"cannot read its GGUF header ({e})",
+                              "give a GGUF model file")]
+    gpu_mib = min(g["memory_mib"] for g in gpus) if gpus else settings.gpu_memory_mib
+    n_gpus = len(gpus) or settings.gpu_count
+    mplan = planner.plan_llama_cpp(model, gpu_mib, n_gpus, max(1, s.context // s.parallel), s.cache_type_k,
+                                   s.cache_type_v, s.parallel, settings.gpu_usable_fraction, s.n_gpu_layers)
+    if mplan.outcome == "fits" or (mplan.outcome == "offload" and s.allow_offload):
+        return mplan, []
+    why = "; ".join(mplan.reasons)
+    if mplan.outcome == "offload":
+        return mplan, [problem(inst_key, Path(gguf_path).name, f"would offload {mplan.layers_offloaded} layers to the "
+                               f"CPU (decode ceiling {mplan.decode_ceiling_tps:.1f} tokens/s): {why}",
+                               "use a smaller quant type or a shorter context, or set allow_offload: true")]
+    return mplan, [problem(inst_key, Path(gguf_path).name, f"does not fit in {n_gpus} x {gpu_mib} MiB: {why}",
+                           "shorten context, quantize the KV cache (cache_type_k/v q8_0), or use a smaller quant")]
+
+
+def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[dict],
          host_has_file) -> tuple[LlamaCppPlan | None, list[str]]:
     """Resolve the build and the instances; None when no instance is configured.
 
-    `gpu_caps` are the compute capabilities nvidia-smi reports ('7.0'), [] without a GPU. `host_has_file(path)`
-    answers from the host's facts. Control-machine files (source archive, models, API key files) are read and
-    checksummed here, before any change. Returns (plan, problems).
+    `gpus` is the NvidiaGpus fact ([] without a visible GPU). `host_has_file(path)` answers from the host's facts.
+    Control-machine files (source archive, models, API key files) are read and checksummed here, and models read
+    there are checked by the planner (VRAM, KV cache, offload), before any change. Returns (plan, problems).
     """
+    gpu_caps = [g["compute_cap"] for g in gpus]
     if not settings.llama_cpp_instances:
         return None, []
     problems: list[str] = []
@@ -139,6 +166,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
     instances, ports = [], {}
     for name, inst in sorted(settings.llama_cpp_instances.items()):
         key = f"llama_cpp_instances.{name}"
+        memory = None
         if inst.port in ports:
             problems.append(problem(f"{key}.port", inst.port, f"instance {ports[inst.port]!r} already uses it",
                                     "give every instance its own port"))
@@ -168,6 +196,9 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
                 elif (actual := sha256_file(model_source)) != inst.model_sha256:
                     problems.append(problem(f"{key}.model_sha256", inst.model_sha256,
                                             f"the file's sha256 is {actual}", "check the file, then the checksum"))
+                else:
+                    memory, more = memory_plan(key, inst, model_source, settings, gpus)
+                    problems += more
         api_key = None
         if not inst.api_key_file and not ipaddress.ip_address(inst.listen).is_loopback:
             problems.append(problem(f"{key}.listen", inst.listen, "reachable from the network without an API key",
@@ -182,7 +213,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpu_caps: list[str],
                 if not api_key or "\n" in api_key:
                     problems.append(problem(f"{key}.api_key_file", inst.api_key_file, "must hold one non-empty line",
                                             "write the key alone into the file"))
-        instances.append(Instance(name, inst, model_path, model_source, api_key))
+        instances.append(Instance(name, inst, model_path, model_source, api_key, memory))
 
     if toolkit is None:
         return None, problems

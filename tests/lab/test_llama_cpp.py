@@ -4,6 +4,7 @@ rollback, and failures that leave the current build and the running service alon
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -86,6 +87,19 @@ def test_serves_from_cpu_without_gpu_and_says_so(target):
     else:
         # no GPU here: CUDA is built in but cannot initialize, and the server runs on the CPU (10-50x slower)
         assert "failed to initialize CUDA" in log
+
+
+def test_kv_cache_size_matches_the_planner(target):
+    """The planner's KV cache arithmetic against what llama-server reports allocating for the same model, context
+    and cache types (llama_kv_cache_unified: size = X MiB (N cells, ...))."""
+    log = target.host.check_output(f"journalctl -u {UNIT} -b --no-pager -o cat")
+    found = re.findall(r"llama_kv_cache\w*: size =\s*([\d.]+) MiB \(\s*(\d+) cells", log)
+    assert found, log[-2000:]
+    mib, cells = found[-1]
+    memory = target.llama.instances[0].memory
+    assert int(cells) == memory.context * target.llama.instances[0].settings.parallel
+    reported = float(mib) * (1 << 20)
+    assert abs(reported - memory.kv_bytes) <= 0.05 * memory.kv_bytes, (reported, memory.kv_bytes)
 
 
 def test_runs_as_the_service_user_with_hardening(target):

@@ -3,6 +3,8 @@ and the CMake configuration chosen from the toolkit and the GPUs, never from CMa
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from roles.llama_cpp.versions import DEFAULT_SOURCE
@@ -67,3 +69,21 @@ def test_plan_removed_instance_is_stopped_and_unconfigured():
     assert "systemctl stop llama-server@old.service" in cmds
     assert "systemctl disable llama-server@old.service" in cmds
     assert not [c for c in cmds if "llama-server@tiny" in c and ("stop" in c or "disable" in c)]
+
+
+def test_plan_model_that_does_not_fit_is_refused_before_any_command(tmp_path):
+    """The planner reads the GGUF header of a control-machine model: too long a context for the VRAM is refused."""
+    from lab.models import write_tiny_llama
+    from lab.sources import sha256_of
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    inst = {"model_source": str(model), "model_sha256": sha256_of(model), "port": 8081}
+    placed = "/var/lib/llm/models/tiny.gguf"
+    cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**inst, "context": 4096}}},  # fits
+                         responses={re.compile(f"sha256sum {placed}"): [f"{sha256_of(model)}  {placed}"]})
+    assert any(c.startswith("systemctl start llama-server@tiny") for c in cmds)
+    with pytest.raises(SettingsError) as e:
+        plan_commands(DEBIAN_13, {"gpu_memory_mib": 1024,
+                                  "llama_cpp_instances": {"tiny": {**inst, "context": 2_000_000}}})
+    assert "llama_cpp_instances.tiny" in str(e.value) and "does not fit in 1 x 1024 MiB" in str(e.value)
+    assert "shorten context" in str(e.value)

@@ -1,0 +1,72 @@
+"""python -m roles.plan INVENTORY [--json] [--limit HOST ...]: what each host would get, changing nothing.
+
+Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build, and per llama-server instance the
+planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
+largest context that fits, layers that would run on the CPU, the decode ceiling in tokens/s). A host whose
+settings are refused prints the refusal. Exit status 1 when any host is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from roles.doctor.__main__ import for_each_host
+from roles.preflight import HostPlan
+
+MiB = 1 << 20
+
+
+def summarize(host, plan: HostPlan) -> dict:
+    """The plan of one host as plain data (sizes in MiB, speeds in tokens/s)."""
+    out = {"platform": plan.platform.id, "driver": plan.driver.pin.version,
+           "cuda": [t.version for t in plan.toolkits], "llama_cpp": None, "instances": {}}
+    if plan.llama_cpp:
+        out["llama_cpp"] = plan.llama_cpp.prefix
+        for inst in plan.llama_cpp.instances:
+            m = inst.memory
+            out["instances"][inst.name] = {"model": inst.model_path, "plan": None if m is None else {
+                "outcome": m.outcome, "gpus": m.n_gpus, "weights_mib": round(m.weight_bytes / MiB),
+                "kv_cache_mib": round(m.kv_bytes / MiB, 2), "compute_buffer_mib": round(m.compute_buffer_bytes / MiB),
+                "cuda_context_mib": round(m.cuda_context_bytes / MiB), "total_mib": round(m.total_bytes / MiB),
+                "budget_mib": round(m.budget_bytes / MiB), "max_context_tokens": m.max_context_that_fits,
+                "layers_offloaded": m.layers_offloaded, "decode_ceiling_tps": round(m.decode_ceiling_tps, 1),
+                "reasons": m.reasons}}
+    return out
+
+
+def table(results: dict) -> str:
+    lines = []
+    for name, r in results.items():
+        if isinstance(r, str):
+            lines += [f"== {name}: REFUSED", r]
+            continue
+        lines.append(f"== {name}: {r['platform']}, driver {r['driver']}, CUDA {', '.join(r['cuda'])}")
+        if r["llama_cpp"]:
+            lines.append(f"   llama.cpp {r['llama_cpp']}")
+        for inst, d in r["instances"].items():
+            p = d["plan"]
+            if p is None:
+                lines.append(f"   {inst}: {d['model']}: not planned (the model is not readable before the deploy)")
+                continue
+            lines.append(f"   {inst}: {p['outcome'].upper()} on {p['gpus']} GPU(s): weights {p['weights_mib']} + KV "
+                         f"{p['kv_cache_mib']} + buffers {p['compute_buffer_mib']} + CUDA {p['cuda_context_mib']} = "
+                         f"{p['total_mib']} of {p['budget_mib']} MiB per GPU; max context {p['max_context_tokens']} "
+                         f"tokens; {p['layers_offloaded']} layers on the CPU; decode <= {p['decode_ceiling_tps']} tok/s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m roles.plan", description=__doc__)
+    p.add_argument("inventory")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", action="append")
+    args = p.parse_args(argv)
+    results = for_each_host(args.inventory, args.limit, summarize)
+    print(json.dumps(results, indent=2) if args.json else table(results))
+    return 1 if any(isinstance(r, str) for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
