@@ -71,9 +71,21 @@ def tiny(provisioned_spec_data: dict, **changes) -> dict:
     (lambda d: tiny(d, model_source="/nonexistent/model.gguf"), "model_source"),
     (lambda d: tiny(d, model_sha256="0" * 64), "model_sha256"),
     (lambda d: {TINY: {"tiny": d[TINY]["tiny"], "twin": d[TINY]["tiny"]}}, "port"),
+    # host-dependent refusals: an existing login account, a system file as swapfile, a kernel without that
+    # sysctl, a mirror without scheme, an unauthenticated public listener, a privileged port, a model that does
+    # not fit the VRAM (the planner reads the GGUF header)
+    ({"base_service_user": "root"}, "base_service_user"),
+    ({"tuning_swap_file": "/etc/passwd"}, "tuning_swap_file"),
+    ({"tuning_sysctl_extra": {"vm.max_map_cont": 1}}, "tuning_sysctl_extra"),
+    ({"base_apt_mirror": "deb.debian.org/debian"}, "base_apt_mirror"),
+    (lambda d: tiny(d, listen="0.0.0.0", api_key_file=None), "listen"),
+    (lambda d: tiny(d, port=80), "port"),
+    (lambda d: {"gpu_memory_mib": 1024, **tiny(d, context=2_000_000)}, "does not fit"),
+    ({"gpu_usable_fraction": 1.5}, "gpu_usable_fraction"),
 ])
 def test_bad_settings_refused_before_any_change(provisioned, data, key):
-    spec = HOSTS[0]  # bookworm: driver 535
+    # llama.cpp cases on trixie (the host with a llama-server instance), the rest on bookworm (driver 535)
+    spec = HOSTS[1] if callable(data) or any(k.startswith("llama_cpp") for k in data) else HOSTS[0]
     lab = provisioned.lab
     before = lab.run(spec, SNAPSHOT)[1]
     if callable(data):
