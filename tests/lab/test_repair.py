@@ -131,4 +131,4 @@ def test_doctor_reports_exactly_the_faults_then_repair_fixes_them(broken_host):
 def test_repair_keeps_user_builds(provisioned, broken_host):
     lab, s = provisioned.lab, spec(HOST)
     rc, out = lab.run(s, "ls -d /opt/llama.cpp/*/ /var/lib/llm/models/*")
-    assert rc == 0 and "/opt/llama.cpp/" in out and "tiny-llama.gguf" in out
+    assert rc == 0 and "/opt/llama.cpp/pypi-0.3.16-sm70-" in out and "/var/lib/llm/models/tiny-llama" in out, out
