@@ -276,6 +276,9 @@ def build(plan_: LlamaCppPlan, jobs: int):
     yield (
         f"set -e; rm -rf {b} {plan_.prefix}.new; mkdir -p {b}/src {CCACHE_DIR}; "
         f"tar -xzf {plan_.archive} -C {b}/src; {find_src}; "
+        # the tree always sits at <build>/llama.cpp, whatever the archive's layout: same relative paths, so
+        # ccache (CCACHE_BASEDIR) hits across refs
+        f"mv \"$s\" {b}/llama.cpp; s={b}/llama.cpp; "
         # each build tree has its own path: relative paths let ccache hit across refs and prefixes
         f"export CCACHE_DIR={CCACHE_DIR} CCACHE_BASEDIR={WORK}/build CCACHE_NOHASHDIR=true; "
         f"cmake -S $s -B {b}/build {cmake} > {b}/configure.log 2>&1 || {{ tail -40 {b}/configure.log >&2; exit 1; }}; "
