@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from roles.doctor.__main__ import for_each_host
+from roles.hosts import for_each_host
 from roles.preflight import HostPlan
 
 MiB = 1 << 20

@@ -31,11 +31,12 @@ class DeployRun:
     stderr: str = ""
 
 
-def deploy(label: str, extra_args: list[str] | None = None) -> DeployRun:
-    """Run deploy.py against the running lab hosts with `pyinfra -y --json`; stderr is kept under build/lab-logs."""
+def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ...] = ("deploy.py",)) -> DeployRun:
+    """Run deploy files (deploy.py by default) against the running lab hosts with `pyinfra -y --json`; the output
+    is kept under build/lab-logs/<label>.log."""
     LOGS.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    res = subprocess.run([PYINFRA, "-y", "--json", *(extra_args or []), "inventory/lab.py", "deploy.py"],
+    res = subprocess.run([PYINFRA, "-y", "--json", *(extra_args or []), "inventory/lab.py", *files],
                          cwd=ROOT, capture_output=True, text=True)
     run = DeployRun(res.returncode, time.monotonic() - t0, stderr=res.stderr)
     (LOGS / f"{label}.log").write_text(res.stderr + "\n" + res.stdout)

@@ -13,7 +13,7 @@ import pytest
 from lab.harness import spec
 from roles.doctor.__main__ import run as doctor
 from roles.nvidia_driver import BLACKLIST, PREFERENCES
-from tests.lab.provision import ROOT, PYINFRA, DeployRun, deploy
+from tests.lab.provision import DeployRun, deploy
 
 pytestmark = pytest.mark.disruptive
 
@@ -56,18 +56,7 @@ def fake_newer_deb(tmp: Path, name: str, version: str) -> tuple[Path, str]:
 
 def repair_run(label: str) -> DeployRun:
     """pyinfra repair.py deploy.py on the host (repair first, then the normal convergence)."""
-    import json
-    import time
-    t0 = time.monotonic()
-    res = subprocess.run([PYINFRA, "-y", "--json", "--limit", HOST, "inventory/lab.py", "repair.py", "deploy.py"],
-                         cwd=ROOT, capture_output=True, text=True)
-    run = DeployRun(res.returncode, time.monotonic() - t0, stderr=res.stderr)
-    (ROOT / "build" / "lab-logs" / f"{label}.log").write_text(res.stderr + "\n" + res.stdout)
-    for op in json.loads(res.stdout)["results"]["operations"] if res.returncode == 0 else []:
-        for h in op.get("success", []):
-            run.changed[h] = run.changed.get(h, 0) + 1
-            run.changed_ops.setdefault(h, []).append(op["name"])
-    return run
+    return deploy(label, ["--limit", HOST], files=("repair.py", "deploy.py"))
 
 
 def broken_checks(limit: str = HOST) -> set[str]:

@@ -1,0 +1,41 @@
+"""Read-only commands over an inventory (doctor, plan): connect, run the preflight, call a function per host."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyinfra.api import Config, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra_cli.inventory import make_inventory
+
+from roles.preflight import preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def for_each_host(inventory_file: str, limit: list[str] | None, fn) -> dict:
+    """{host name: fn(host, preflight(host)), or the error string when the host cannot be reached or refused}.
+    Read-only: only facts are gathered."""
+    os.chdir(ROOT)  # group_data/ is found relative to the project, as for pyinfra's CLI
+    with ctx_state.use(State()):  # inventory files are executed in a pyinfra context
+        inventory = make_inventory(inventory_file, cwd=str(ROOT))
+    state = State(inventory, Config())
+    state.init(inventory, Config())
+    results: dict = {}
+    with ctx_state.use(state):
+        connect_all(state)
+        for host in inventory:
+            if limit and host.name not in limit:
+                continue
+            if host not in state.activated_hosts:
+                results[host.name] = "cannot connect"
+                continue
+            with ctx_host.use(host):
+                try:
+                    results[host.name] = fn(host, preflight(host))
+                except PyinfraError as e:
+                    results[host.name] = str(e)
+    return results
