@@ -8,7 +8,7 @@ Settings: roles/settings.py (every key, default and meaning; listed in README.md
 
 from pyinfra import host
 
-from roles import base, cuda, llama_cpp, nvidia_driver, tuning
+from roles import base, cuda, llama_cpp, nvidia_driver, tuning, vllm
 from roles.preflight import preflight
 
 # 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver)
@@ -22,3 +22,5 @@ nvidia_driver.nvidia_driver(plan.settings, plan.driver)    # pinned + held drive
 cuda.cuda(plan.settings, plan.platform, plan.toolkits)     # CUDA toolkits that can build sm_70
 if plan.llama_cpp:
     llama_cpp.llama_cpp(plan.settings, plan.llama_cpp)     # llama.cpp for sm_70 + llama-server@NAME units
+if plan.vllm:
+    vllm.vllm(plan.settings, plan.vllm)                    # hash-locked vLLM venv + vllm@NAME units

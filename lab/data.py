@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 
 from lab.harness import LAB_CACHE, LAB_STATE, HostSpec
-from lab.models import write_tiny_llama
+from lab.models import write_tiny_hf, write_tiny_llama
 from lab.sources import llama_cpp_default_source, sha256_of
 from roles.llama_cpp.versions import DEFAULT_SOURCE
 
@@ -18,6 +18,10 @@ LLAMA_PORTS = {"lab-bookworm": 18081, "lab-trixie": 18082}
 #: so by default only the Debian 13 host (CUDA 12.4) builds; V100KIT_LAB_LLAMA=all adds the Debian 12 host
 #: (CUDA 11.8 with g++-11).
 LLAMA_HOSTS = ("lab-bookworm", "lab-trixie") if os.environ.get("V100KIT_LAB_LLAMA") == "all" else ("lab-trixie",)
+#: Lab hosts with a vLLM instance: Debian 12, whose Python 3.11 has wheels for the default vLLM (Debian 13's 3.13
+#: has none for it: tests/lab/test_vllm.py checks that refusal). Its port:
+VLLM_HOSTS = ("lab-bookworm",)
+VLLM_PORT = 18091
 
 
 def api_key_file(state: Path = LAB_STATE) -> Path:
@@ -40,6 +44,21 @@ def tiny_model(cache: Path = LAB_CACHE) -> Path:
     return path
 
 
+def tiny_hf_model(cache: Path = LAB_CACHE) -> Path:
+    """The tiny safetensors llama directory (config.json, model.safetensors), written once per cache."""
+    path = cache / "models" / "tiny-llama-hf"
+    if not (path / "config.json").exists():
+        write_tiny_hf(path.with_name(path.name + ".part"))
+        path.with_name(path.name + ".part").rename(path)
+    return path
+
+
+def vllm_instance() -> dict:
+    """The lab's vLLM instance settings (also used by tests that deploy other hosts with it)."""
+    return {"model_source": str(tiny_hf_model()), "port": VLLM_PORT, "max_model_len": 4096,
+            "api_key_file": str(api_key_file())}
+
+
 def host_data(spec: HostSpec) -> dict:
     """The settings of one lab host (what group_data would hold for a real box)."""
     data = dict(spec.data)
@@ -54,4 +73,6 @@ def host_data(spec: HostSpec) -> dict:
                 # 8192 tokens: a KV cache of ~1 MiB, so that llama-server's 2-decimal MiB figure can be compared
                 "context": 8192, "api_key_file": str(api_key_file())}},
         })
+    if spec.name in VLLM_HOSTS:
+        data["vllm_instances"] = {"tiny": vllm_instance()}
     return data

@@ -6,7 +6,7 @@ the host network, so each lab host's sshd listens on its own loopback port with 
 and the host keys are generated at run time under the lab state directory, never in the repository.
 
 Layout (both directories live outside the repository and survive between runs):
-    $V100KIT_LAB_CACHE (/var/cache/v100kit-lab): images/<suite>-<key>.tar, apt/<suite>/ (shared .deb cache)
+    $V100KIT_LAB_CACHE (/var/cache/v100kit-lab): images/<suite>-<key>.tar, apt/<suite>/ (shared .deb cache), uv/ (shared wheel cache)
     $V100KIT_LAB_STATE (/var/lib/v100kit-lab):   id_ed25519, known_hosts, ssh_config, hosts/<name>/{rootfs,pid,console.log}
 """
 
@@ -59,6 +59,11 @@ class HostSpec:
 # Lab settings that differ from the defaults: a small swapfile, and an open-file limit under the ceiling that
 # containers here inherit (hard 20000, no CAP_SYS_RESOURCE to raise it), so the limit is checked live.
 LAB_DATA = {"tuning_swap_size_gib": 1, "tuning_nofile_limit": 16384}
+#: The development machine reaches PyPI through a TLS-inspecting proxy whose CA is in its own bundle: the lab hosts
+#: share its network, so they trust the same bundle (base_ca_certificates). Elsewhere this adds nothing new.
+MACHINE_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+if Path(MACHINE_CA_BUNDLE).is_file():
+    LAB_DATA["base_ca_certificates"] = [MACHINE_CA_BUNDLE]
 
 # The bundled lab hosts. Services inside share the host network, so each host gets its own ports.
 HOSTS: tuple[HostSpec, ...] = (
@@ -182,10 +187,12 @@ class Lab:
         if self.pid(s) is None:
             apt_cache = self.cache / "apt" / s.suite
             (apt_cache / "partial").mkdir(parents=True, exist_ok=True)
+            uv_cache = self.cache / "uv"  # wheels (vLLM, torch: GBs); uv checks every hash, venvs copy out of it
+            uv_cache.mkdir(parents=True, exist_ok=True)
             log = open(self.host_dir(s) / "console.log", "ab")
             proc = subprocess.Popen(
                 ["systemd-nspawn", "-D", str(self.rootfs(s)), "-b", "--register=no", "--keep-unit",
-                 "-M", s.name, f"--bind={apt_cache}:/var/cache/apt/archives"],
+                 "-M", s.name, f"--bind={apt_cache}:/var/cache/apt/archives", f"--bind={uv_cache}:/var/cache/v100kit/uv"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             (self.host_dir(s) / "pid").write_text(f"{proc.pid}\n")
             for _ in range(100):  # until the child has exec'd nspawn (its cmdline identifies it)

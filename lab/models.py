@@ -6,6 +6,7 @@ tokens so any text tokenizes. llama-server loads it and generates (meaningless) 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gguf
@@ -72,3 +73,41 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+#: The tiny Hugging Face (safetensors) llama the vLLM lab instance serves: same shape as the GGUF one.
+HF_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": N_EMBD, "intermediate_size": N_FF,
+    "num_hidden_layers": N_LAYER, "num_attention_heads": N_HEAD, "num_key_value_heads": N_HEAD_KV,
+    "head_dim": HEAD_DIM, "max_position_embeddings": N_CTX, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "vocab_size": 280, "tie_word_embeddings": False, "torch_dtype": "float16", "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def write_tiny_hf(directory: Path, seed: int = 0, config: dict | None = None) -> Path:
+    """Write config.json and model.safetensors (random float16 weights, llama tensor names) into `directory`.
+    `config` overrides keys of HF_CONFIG (tests add quantization_config, attn_logit_softcapping, ...)."""
+    from safetensors.numpy import save_file
+
+    c = {**HF_CONFIG, **(config or {})}
+    rng = np.random.default_rng(seed)
+    e, f, v, kv = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_key_value_heads"] * HEAD_DIM
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float16)
+
+    tensors = {"model.embed_tokens.weight": w(v, e), "model.norm.weight": np.ones(e, np.float16),
+               "lm_head.weight": w(v, e)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        tensors.update({
+            p + "self_attn.q_proj.weight": w(e, e), p + "self_attn.k_proj.weight": w(kv, e),
+            p + "self_attn.v_proj.weight": w(kv, e), p + "self_attn.o_proj.weight": w(e, e),
+            p + "mlp.gate_proj.weight": w(f, e), p + "mlp.up_proj.weight": w(f, e), p + "mlp.down_proj.weight": w(e, f),
+            p + "input_layernorm.weight": np.ones(e, np.float16),
+            p + "post_attention_layernorm.weight": np.ones(e, np.float16)})
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(c, indent=2) + "\n")
+    return directory

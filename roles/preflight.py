@@ -10,12 +10,13 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
 from pyinfra.facts.server import OsRelease, Sysctl, Users
 
-from roles import base, cuda, llama_cpp, nvidia_driver, tuning
+from roles import base, cuda, llama_cpp, nvidia_driver, tuning, vllm
 from roles.cuda.versions import Toolkit
 from roles.nvidia_driver.facts import NvidiaGpus
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
 from roles.tuning.facts import FreeBytes, SwapHeaderSize
+from roles.vllm.facts import HfModelDir, PythonVersion
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class HostPlan:
     driver: nvidia_driver.DriverPlan
     toolkits: list[Toolkit]  # default toolkit first
     llama_cpp: llama_cpp.LlamaCppPlan | None  # None: no llama-server instance configured
+    vllm: vllm.VllmPlan | None  # None: no vLLM instance configured
 
 
 def preflight(host: Host) -> HostPlan:
@@ -45,6 +47,11 @@ def preflight(host: Host) -> HostPlan:
     gpus = host.get_fact(NvidiaGpus)
     llama, more = llama_cpp.plan(settings, toolkits, gpus, lambda path: bool(host.get_fact(File, path=path)))
     problems += more
+    ports = {i.port: f"llama-server@{n}" for n, i in settings.llama_cpp_instances.items()}
+    python = host.get_fact(PythonVersion, path=settings.vllm_python) if settings.vllm_instances else None
+    served, more = vllm.plan(settings, python, gpus, driver.pin.version if driver else None,
+                             lambda path: host.get_fact(HfModelDir, path=path), ports)
+    problems += more
     if problems or driver is None:
         raise SettingsError(host.name, problems)
-    return HostPlan(settings, platform, driver, toolkits, llama)
+    return HostPlan(settings, platform, driver, toolkits, llama, served)

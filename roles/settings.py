@@ -65,6 +65,37 @@ class LlamaCppInstance(BaseModel):
         return v
 
 
+class VllmInstance(BaseModel):
+    """One vLLM OpenAI-compatible server (systemd unit vllm@NAME). The model is a Hugging Face directory
+    (config.json + *.safetensors): `model_path` on the host, or `model_source` on the control machine, copied to
+    the service home."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_path: HostPath | None = Field(None, description="model directory already on the host")
+    model_source: str | None = Field(None, pattern=r"^\S+$", description="model directory on the control machine")
+    served_model_name: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._/:-]+$", description="--served-model-name; None: the instance name")
+    port: int = Field(8000, ge=1024, le=65535, description="TCP port (>= 1024: the service user cannot bind lower)")
+    listen: str = Field("127.0.0.1", description="address to listen on (--host)")
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float32"] = Field(
+        "auto", description="--dtype; auto: half below compute capability 8.0 (V100 has no bf16)")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="--gpu-memory-utilization: share of VRAM")
+    max_model_len: int = Field(8192, ge=16, le=1 << 21, description="--max-model-len: tokens per sequence")
+    max_num_seqs: int = Field(64, ge=1, le=4096, description="--max-num-seqs: sequences batched together")
+    tensor_parallel_size: int = Field(1, ge=1, le=16, description="--tensor-parallel-size (at most the GPU count)")
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e5m2", "fp8_e4m3"] = Field(
+        "auto", description="--kv-cache-dtype; fp8_e5m2 is storage-only and works on Volta")
+    enforce_eager: bool = Field(False, description="--enforce-eager: no CUDA graphs (less VRAM, slower decode)")
+    gpus: list[Annotated[int, Field(ge=0, le=15)]] | None = Field(
+        None, min_length=1, description="CUDA_VISIBLE_DEVICES indices; None: all GPUs")
+    api_key_file: str | None = Field(
+        None, min_length=1,
+        description="control-machine file holding the API key (installed 0600 as VLLM_API_KEY, never in argv)")
+
+    _listen_address = field_validator("listen")(LlamaCppInstance._listen_address.__func__)
+
+
 class Settings(BaseModel):
     """All settings. Units are in the names (_gib = GiB, _s = seconds). None means "chosen per OS" as described."""
 
@@ -94,6 +125,9 @@ class Settings(BaseModel):
         description="unprivileged system user that the inference services run as")
     base_service_home: HostPath = Field(
         "/var/lib/llm", description="home of the service user (models and venvs live here); not under /home or /root")
+    base_ca_certificates: list[str] = Field(
+        default_factory=list, description="control-machine PEM files the hosts must trust as well (a TLS-inspecting "
+                                          "proxy's CA); installed under /usr/local/share/ca-certificates")
     base_apt_lock_timeout_s: int = Field(
         300, ge=0, le=3600, description="how long apt waits for a dpkg lock held by another apt run")
 
@@ -157,6 +191,18 @@ class Settings(BaseModel):
     llama_cpp_build_jobs: int = Field(2, ge=1, le=256, description="parallel compile jobs")
     llama_cpp_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], LlamaCppInstance] = Field(
         default_factory=dict, description="llama-server instances by name; the role builds llama.cpp when any is set")
+
+    # -- vllm -------------------------------------------------------------------------------------------
+    vllm_version: str = Field(
+        "0.8.5.post1", pattern=r"^[0-9][0-9A-Za-z.+-]*$",
+        description="vLLM release, one of roles/vllm/versions.py (0.8.5.post1: V0 engine, tensor cores on Volta; "
+                    "0.10.2: V1, also Python 3.13)")
+    vllm_python: HostPath = Field(
+        "/usr/bin/python3", description="host Python the venv is built on; its version picks the lock file")
+    vllm_lock_dir: str | None = Field(
+        None, description="control-machine directory of lock files; None: files/vllm (tools/lock_vllm.py)")
+    vllm_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], VllmInstance] = Field(
+        default_factory=dict, description="vLLM servers by name; the role installs vLLM when any is set")
 
     @field_validator("tuning_sysctl_extra")
     @classmethod
@@ -273,6 +319,7 @@ def settings_table() -> str:
     rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
     fields = [(n, f) for n, f in Settings.model_fields.items()]
     fields += [(f"llama_cpp_instances.NAME.{n}", f) for n, f in LlamaCppInstance.model_fields.items()]
+    fields += [(f"vllm_instances.NAME.{n}", f) for n, f in VllmInstance.model_fields.items()]
     for name, f in fields:
         default = f.get_default(call_default_factory=True)
         rows.append(f"| `{name}` | `{default!r}` | {f.description.replace('|', '&#124;')} |")

@@ -20,14 +20,14 @@ from urllib.parse import urlparse
 
 from pyinfra import host
 from pyinfra.api import FactBase, deploy, operation
-from pyinfra.api.exceptions import OperationError
-from pyinfra.facts.files import File, Link, Sha256File
+from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
 from pyinfra.operations.util import any_changed
 
 from roles import planner
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, Source
+from roles.ops import current_link, verified
 from roles.secrets import secret_file
 from roles.settings import LlamaCppInstance, Settings, problem
 
@@ -291,22 +291,6 @@ def build(plan_: LlamaCppPlan, jobs: int):
     )
 
 
-@operation()
-def current_link(prefix: str):
-    """Point CURRENT at `prefix` atomically (rename of a new symlink), only if it points elsewhere."""
-    if (host.get_fact(Link, path=CURRENT) or {}).get("link_target") != prefix:
-        yield f"ln -sfn {prefix} {CURRENT}.new && mv -T {CURRENT}.new {CURRENT}"
-
-
-@operation()
-def verified(path: str, sha256: str):
-    """Fail unless `path` on the host has this sha256 (files.put compares sha1 only)."""
-    if host.get_fact(Sha256File, path=path) != sha256:
-        raise OperationError(f"{path}: sha256 is not {sha256}; nothing was replaced")
-    return
-    yield  # an operation is a generator
-
-
 class InstalledInstances(FactBase):
     """Names of the llama-server instances configured on the host (/etc/llama-server/NAME.env)."""
 
@@ -332,7 +316,7 @@ def llama_cpp(settings: Settings, p: LlamaCppPlan) -> None:
         files.download(name=f"source {p.source.ref}", src=p.source.url, dest=p.archive, sha256sum=p.source.sha256,
                        mode="600")
     build(name=f"build {Path(p.prefix).name}", plan_=p, jobs=settings.llama_cpp_build_jobs)
-    link = current_link(name=f"{CURRENT} -> {Path(p.prefix).name}", prefix=p.prefix)
+    link = current_link(name=f"{CURRENT} -> {Path(p.prefix).name}", link=CURRENT, target=p.prefix)
 
     unit = files.template(
         name="llama-server@ unit", src=str(TEMPLATES / "llama-server@.service.j2"),

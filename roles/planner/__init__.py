@@ -363,20 +363,31 @@ def read_hf(path: str | Path) -> HfModel:
         config = json.loads(config_path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{config_path}: not JSON ({e})") from e
+    files = _safetensors_files(path)
+    return hf_model_from_config(config, sum(safetensors_sizes(f)[1] for f in files), str(config_path))
+
+
+def hf_text_config(config: dict) -> dict:
+    """The language model's part of a config.json: the config itself, or merged with its `text_config`
+    (multimodal models)."""
     text = config.get("text_config") if "num_hidden_layers" not in config else None
-    c = {**config, **text} if isinstance(text, dict) else config
+    return {**config, **text} if isinstance(text, dict) else config
+
+
+def hf_model_from_config(config: dict, weight_bytes: int, where: str = "config.json") -> HfModel:
+    """An HfModel from a parsed config.json and the bytes the weights take on the GPU (`weight_bytes`).
+    Raises ValueError naming `where` when a key the planner needs is missing."""
+    c = hf_text_config(config)
 
     def need(key: str) -> int:
         if c.get(key) is None:
-            raise ValueError(f"{config_path}: no {key}")
+            raise ValueError(f"{where}: no {key}")
         return int(c[key])
 
     n_layers = need("num_hidden_layers")
     n_heads = need("num_attention_heads")
     n_kv = int(c.get("num_key_value_heads") or n_heads)
     head_dim = int(c.get("head_dim") or need("hidden_size") // n_heads)
-    files = _safetensors_files(path)
-    held = sum(safetensors_sizes(f)[1] for f in files)
     quant = config.get("quantization_config") or c.get("quantization_config")
     return HfModel(
         architecture=str((config.get("architectures") or [config.get("model_type", "unknown")])[0]),
@@ -385,7 +396,7 @@ def read_hf(path: str | Path) -> HfModel:
         n_kv_heads=n_kv,
         head_dim=head_dim,
         max_position_embeddings=int(c.get("max_position_embeddings") or 0),
-        weight_bytes=held,
+        weight_bytes=int(weight_bytes),
         torch_dtype=str(c.get("torch_dtype") or config.get("torch_dtype") or "float16"),
         quantization=str(quant.get("quant_method")) if isinstance(quant, dict) and quant.get("quant_method") else None,
     )

@@ -1,0 +1,91 @@
+"""The vLLM releases the toolkit supports on Volta, as data: torch build, engine, environment, Python versions.
+
+This is the vLLM part of the Volta compatibility matrix (shared/reference/volta.md, "vLLM" and "PyTorch wheels";
+confidence H/M as there). The lock files in files/vllm/ are produced from this table by `tools/lock_vllm.py`
+(uv, PyPI only, wheels only, a fixed --exclude-newer date), so anyone regenerates the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOCK_DIR = Path(__file__).resolve().parents[2] / "files" / "vllm"
+
+
+@dataclass(frozen=True)
+class VllmRelease:
+    """One vLLM release as it runs on a V100.
+
+    torch / torch_cuda: the torch build the release pins and the CUDA of that PyPI wheel ("12.4" = cu124).
+    engine: "V0" (XFORMERS attention on compute capability < 8.0: tensor cores through xformers) or "V1"
+    (from 0.10.2 on Volta through TRITON_ATTN, where Triton uses FMA instead of tensor cores: slower).
+    environment: what the service must set for this engine on Volta. pythons: the "3.N" versions whose wheels
+    exist for every locked package (a lock file per entry). exclude_newer: the resolution date of the locks.
+    refused: why the release cannot be installed from wheels at all (None: installable).
+    """
+
+    version: str
+    torch: str
+    torch_cuda: str
+    engine: str
+    pythons: tuple[str, ...]
+    exclude_newer: str
+    environment: dict[str, str] = field(default_factory=dict)
+    refused: str | None = None
+
+    def lock_file(self, python: str) -> Path:
+        """files/vllm/vllm-<version>-py<python>.txt."""
+        return LOCK_DIR / f"vllm-{self.version}-py{python}.txt"
+
+
+#: Supported releases. Python lists are what `uv pip compile --only-binary :all:` resolves (tools/lock_vllm.py).
+VLLM_RELEASES: dict[str, VllmRelease] = {
+    # torch 2.4.0 (volta.md); outlines pulls pyairports, which PyPI has only as an sdist: no wheel-only install,
+    # and no cp313 torch 2.4 wheels either.
+    "0.6.3.post1": VllmRelease("0.6.3.post1", "2.4.0", "12.1", "V0", (), "2024-11-01", refused=(
+        "its dependency pyairports exists only as a source distribution on PyPI, so it cannot be installed from "
+        "wheels (and torch 2.4.0 has no Python 3.13 wheels)")),
+    # The last release line users run on V100 with the V0 engine (vllm#13398: V1 needs Ampere before 0.10.2, so
+    # VLLM_USE_V1=0). torch 2.6.0 cu124 has sm_70 kernels. xformers 0.0.29.post2 has no cp313 wheel.
+    "0.8.5.post1": VllmRelease("0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
+                               environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"}),
+    # The first V1 release with a Volta path (PRs #23614, #24022): TRITON_ATTN. torch 2.8.0 cu128 keeps sm_70.
+    # vLLM picks that backend itself on compute capability < 8.0; nothing to set.
+    "0.10.2": VllmRelease("0.10.2", "2.8.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2025-09-30"),
+}
+
+#: The default: 0.8.5.post1. On a V100 the V0 engine with xformers attention uses the tensor cores; the V1 engine
+#: (0.10.2+) runs attention through Triton without them, and V0 is gone from 0.11.0. Hosts whose Python has no
+#: wheels for it (Debian 13: 3.13) are refused with 0.10.2 as the fix.
+DEFAULT_VERSION = "0.8.5.post1"
+
+#: PyTorch wheels and whether they contain sm_70 kernels: (torch major.minor, CUDA major.minor) -> bool.
+#: (volta.md "PyTorch wheels that contain sm_70 kernels": 2.4/2.6 H-M, 2.7 cu128 NO, 2.8 cu128 yes M-H,
+#: 2.9/2.10 cu130 no, 2.11+ cu128 no.) The installed venv is checked on the host as well.
+TORCH_SM70: dict[tuple[str, str], bool] = {
+    ("2.4", "12.1"): True, ("2.4", "12.4"): True, ("2.5", "12.1"): True, ("2.5", "12.4"): True,
+    ("2.6", "12.4"): True, ("2.6", "12.6"): True, ("2.7", "12.6"): True, ("2.7", "12.8"): False,
+    ("2.8", "12.6"): True, ("2.8", "12.8"): True, ("2.9", "12.8"): True, ("2.9", "13.0"): False,
+    ("2.10", "12.8"): True, ("2.10", "13.0"): False, ("2.11", "12.8"): False, ("2.11", "12.6"): True,
+}
+
+#: Minimum compute capability of vLLM's quantization methods (quant_method in config.json), as vLLM's
+#: get_min_capability() returns them: AWQ 7.5 (vllm#4202 "Minimum capability: 75. Current capability: 70"),
+#: GPTQ 6.0, Marlin kernels and compressed-tensors w4a16 8.0, FP8 weights 8.9. (volta.md; M)
+QUANT_MIN_CAPABILITY: dict[str, tuple[int, int]] = {
+    "awq": (7, 5), "awq_marlin": (8, 0), "marlin": (8, 0), "gptq_marlin": (8, 0), "gptq_marlin_24": (8, 0),
+    "compressed-tensors": (8, 0), "compressed_tensors": (8, 0), "fp8": (8, 9), "fbgemm_fp8": (8, 9),
+    "modelopt": (8, 9), "gptq": (6, 0), "bitsandbytes": (7, 0), "gguf": (6, 0),
+}
+
+#: bf16 needs compute capability 8.0; below it vLLM fails or silently uses float32: pass --dtype half. (vllm#946; H)
+BF16_MIN_CAPABILITY = (8, 0)
+#: Attention logit soft-capping (Gemma-2: attn_logit_softcapping) needs FlashAttention/FlashInfer. (vllm#6173; H)
+SOFTCAP_MIN_CAPABILITY = (8, 0)
+
+#: uv on the hosts: the PyPI wheel (binary inside), pinned by sha256 (PyPI simple index, checked 2026-11-29).
+UV_VERSION = "0.13.8"
+UV_WHEEL_URL = ("https://files.pythonhosted.org/packages/c5/32/52ee34636aea1ab3f8baeeae1c3599461b8cddfb379862cc72ac61b8d91c/"
+                "uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
+UV_WHEEL_SHA256 = "e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984"

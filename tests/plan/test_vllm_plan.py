@@ -1,0 +1,45 @@
+"""Plan-level tests (facts in, commands out) for the vllm role on hosts the lab cannot be: an Ubuntu 24.04 box
+(Python 3.12) with two 32 GB V100s answering nvidia-smi, and the same box before any GPU is visible."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.data import tiny_hf_model
+from roles.settings import SettingsError
+from tests.plan.harness import UBUNTU_2404, plan_commands
+
+TWO_V100 = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05",
+                                       "1, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05"],
+            "sys.version_info": ["3.12"]}
+
+
+def commands(instance: dict, responses: dict) -> list[str]:
+    data = {"vllm_instances": {"tiny": {"model_source": str(tiny_hf_model()), **instance}}}
+    return [str(c) for c in plan_commands(UBUNTU_2404, data, responses=responses)]
+
+
+def index(cmds: list[str], needle: str) -> int:
+    return next(i for i, c in enumerate(cmds) if needle in c)
+
+
+def test_plan_gpu_host_installs_the_py312_lock_then_moves_the_link_then_starts():
+    cmds = commands({"tensor_parallel_size": 2}, TWO_V100)
+    install = cmds[index(cmds, "pip install --python")]
+    for arg in ("--require-hashes", "--no-deps", "--only-binary :all:", "/opt/vllm/locks/0.8.5.post1-py3.12-",
+                "UV_LINK_MODE=copy", "pip check", "check_venv.py 0.8.5.post1"):
+        assert arg in install
+    assert index(cmds, "pip install --python") < index(cmds, "/opt/vllm/current.new") < \
+        index(cmds, "systemctl start vllm@tiny")
+    assert "systemctl enable vllm@tiny.service" in cmds
+
+
+def test_plan_without_a_visible_gpu_enables_but_never_starts():
+    cmds = commands({}, {"sys.version_info": ["3.12"]})
+    assert "systemctl enable vllm@tiny.service" in cmds
+    assert not [c for c in cmds if c.startswith(("systemctl start vllm", "systemctl restart vllm"))]
+
+
+def test_plan_tensor_parallel_beyond_the_visible_gpus_is_refused_before_any_command():
+    with pytest.raises(SettingsError, match=r"tensor_parallel_size = 4.*at most 2"):
+        commands({"tensor_parallel_size": 4}, TWO_V100)
