@@ -108,6 +108,19 @@ def write_tiny_hf(directory: Path, seed: int = 0, config: dict | None = None) ->
             p + "input_layernorm.weight": np.ones(e, np.float16),
             p + "post_attention_layernorm.weight": np.ones(e, np.float16)})
     directory.mkdir(parents=True, exist_ok=True)
+    # a word-level tokenizer over the GGUF model's vocabulary (tokenizers' JSON format), so that transformers and
+    # vLLM can load the directory as a whole
+    tokens, _, _ = vocabulary()
+    vocab = {t.replace("▁", ""): i for i, t in enumerate(tokens) if t.replace("▁", "")}
+    tokenizer = {"version": "1.0", "truncation": None, "padding": None,
+                 "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                                   "normalized": False, "special": True} for i, t in enumerate(tokens[:3])],
+                 "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+                 "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    (directory / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+         "unk_token": "<unk>", "model_max_length": c["max_position_embeddings"]}))
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     (directory / "config.json").write_text(json.dumps(c, indent=2) + "\n")
     return directory

@@ -41,6 +41,9 @@ WORK = "/var/lib/v100kit/vllm"  # uv wheel and install logs (root only)
 UV = f"/opt/v100kit/uv-{UV_VERSION}/uv"
 UV_CACHE = "/var/cache/v100kit/uv"  # downloads only: UV_LINK_MODE=copy, so no venv depends on it
 INDEX_URL = "https://pypi.org/simple"
+#: How a lock is installed; part of the venv's name, so that a change here installs a new venv beside the old one.
+INSTALL_FLAGS = ("--require-hashes", "--no-deps", "--only-binary", ":all:", "--compile-bytecode", "--index-url",
+                 INDEX_URL)
 STAMP = ".v100kit-venv.json"
 CHECK = f"{VENV_ROOT}/check_venv.py"
 
@@ -69,7 +72,9 @@ class VllmPlan:
 
     @property
     def venv(self) -> str:
-        return f"{VENV_ROOT}/{self.release.version}-py{self.python}-{self.lock_sha256[:8]}"
+        """/opt/vllm/<version>-py<python>-<hash of lock and INSTALL_FLAGS>."""
+        recipe = hashlib.sha256(json.dumps([self.lock_sha256, INSTALL_FLAGS]).encode()).hexdigest()
+        return f"{VENV_ROOT}/{self.release.version}-py{self.python}-{recipe[:8]}"
 
 
 def _cc(value: str) -> tuple[int, int]:
@@ -271,7 +276,7 @@ def venv(p: VllmPlan, python: str, lock: str):
     """Install p.venv from `lock` (on the host) unless it is there and stamped.
 
     uv creates the venv on `python` and installs exactly the locked wheels (--require-hashes, --no-deps,
-    --only-binary :all:); then `uv pip check` and check_venv.py (vLLM version, sm_70 in torch) must pass before
+    --only-binary :all:), compiled to bytecode (the service user cannot write __pycache__ under /opt); then `uv pip check` and check_venv.py (vLLM version, sm_70 in torch) must pass before
     the stamp is written. Any failure removes this half-made venv only."""
     if host.get_fact(File, path=f"{p.venv}/{STAMP}"):
         return
@@ -283,8 +288,8 @@ def venv(p: VllmPlan, python: str, lock: str):
         f"export UV_CACHE_DIR={UV_CACHE} UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never UV_NO_CONFIG=1 "
         "UV_SYSTEM_CERTS=1; "  # the host's CA store: a TLS-inspecting proxy's CA (base_ca_certificates) works
         f"{UV} venv --quiet --python {python} {p.venv} > {log} 2>&1 || {fail}; "
-        f"{UV} pip install --python {p.venv}/bin/python --require-hashes --no-deps --only-binary :all: "
-        f"--index-url {INDEX_URL} -r {lock} >> {log} 2>&1 || {fail}; "
+        f"{UV} pip install --python {p.venv}/bin/python {' '.join(shlex.quote(a) for a in INSTALL_FLAGS)} "
+        f"-r {lock} >> {log} 2>&1 || {fail}; "
         f"{UV} pip check --python {p.venv}/bin/python >> {log} 2>&1 || {fail}; "
         f"{p.venv}/bin/python {CHECK} {p.release.version} >> {log} 2>&1 || {fail}; "
         f"printf '%s\\n' {shlex.quote(stamp)} > {p.venv}/{STAMP}"
