@@ -1,7 +1,7 @@
 """python -m roles.plan INVENTORY [--json] [--limit HOST ...]: what each host would get, changing nothing.
 
-Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build, and per llama-server instance the
-planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
+Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build, the vLLM release and venv, and per
+llama-server@NAME / vllm@NAME instance the planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
 largest context that fits, layers that would run on the CPU, the decode ceiling in tokens/s). A host whose
 settings are refused prints the refusal. Exit status 1 when any host is refused.
 """
@@ -18,21 +18,31 @@ from roles.preflight import HostPlan
 MiB = 1 << 20
 
 
-def summarize(host, plan: HostPlan) -> dict:
-    """The plan of one host as plain data (sizes in MiB, speeds in tokens/s)."""
-    out = {"platform": plan.platform.id, "driver": plan.driver.pin.version,
-           "cuda": [t.version for t in plan.toolkits], "llama_cpp": None, "instances": {}}
-    if plan.llama_cpp:
-        out["llama_cpp"] = plan.llama_cpp.prefix
-        for inst in plan.llama_cpp.instances:
-            m = inst.memory
-            out["instances"][inst.name] = {"model": inst.model_path, "plan": None if m is None else {
+def _memory(m) -> dict | None:
+    """A planner.Plan as plain data (sizes in MiB, speeds in tokens/s); None when the model was not readable."""
+    return None if m is None else {
                 "outcome": m.outcome, "gpus": m.n_gpus, "weights_mib": round(m.weight_bytes / MiB),
                 "kv_cache_mib": round(m.kv_bytes / MiB, 2), "compute_buffer_mib": round(m.compute_buffer_bytes / MiB),
                 "cuda_context_mib": round(m.cuda_context_bytes / MiB), "total_mib": round(m.total_bytes / MiB),
                 "budget_mib": round(m.budget_bytes / MiB), "max_context_tokens": m.max_context_that_fits,
                 "layers_offloaded": m.layers_offloaded, "decode_ceiling_tps": round(m.decode_ceiling_tps, 1),
-                "reasons": m.reasons}}
+                "reasons": m.reasons}
+
+
+def summarize(host, plan: HostPlan) -> dict:
+    """The plan of one host as plain data; instances keyed by their systemd unit (llama-server@NAME, vllm@NAME)."""
+    out = {"platform": plan.platform.id, "driver": plan.driver.pin.version,
+           "cuda": [t.version for t in plan.toolkits], "llama_cpp": None, "vllm": None, "instances": {}}
+    if plan.llama_cpp:
+        out["llama_cpp"] = plan.llama_cpp.prefix
+        for inst in plan.llama_cpp.instances:
+            out["instances"][f"llama-server@{inst.name}"] = {"model": inst.model_path, "plan": _memory(inst.memory)}
+    if plan.vllm:
+        out["vllm"] = {"version": plan.vllm.release.version, "engine": plan.vllm.release.engine,
+                       "python": plan.vllm.python, "venv": plan.vllm.venv}
+        for inst in plan.vllm.instances:
+            out["instances"][f"vllm@{inst.name}"] = {"model": inst.model_path, "dtype": inst.dtype,
+                                                     "plan": _memory(inst.memory)}
     return out
 
 
@@ -45,10 +55,20 @@ def table(results: dict) -> str:
         lines.append(f"== {name}: {r['platform']}, driver {r['driver']}, CUDA {', '.join(r['cuda'])}")
         if r["llama_cpp"]:
             lines.append(f"   llama.cpp {r['llama_cpp']}")
+        if r["vllm"]:
+            v = r["vllm"]
+            lines.append(f"   vLLM {v['version']} ({v['engine']} engine, Python {v['python']}) {v['venv']}")
         for inst, d in r["instances"].items():
             p = d["plan"]
             if p is None:
                 lines.append(f"   {inst}: {d['model']}: not planned (the model is not readable before the deploy)")
+                continue
+            if inst.startswith("vllm@"):  # vLLM budgets VRAM x gpu_memory_utilization; the CUDA context is outside
+                lines.append(f"   {inst}: {p['outcome'].upper()} on {p['gpus']} GPU(s), --dtype {d['dtype']}: weights "
+                             f"{p['weights_mib']} + KV for one sequence {p['kv_cache_mib']} + activations and "
+                             f"non-torch {p['compute_buffer_mib']} = {p['total_mib']} of {p['budget_mib']} MiB per "
+                             f"GPU (CUDA context ~{p['cuda_context_mib']} outside); max model len "
+                             f"{p['max_context_tokens']} tokens; decode <= {p['decode_ceiling_tps']} tok/s")
                 continue
             lines.append(f"   {inst}: {p['outcome'].upper()} on {p['gpus']} GPU(s): weights {p['weights_mib']} + KV "
                          f"{p['kv_cache_mib']} + buffers {p['compute_buffer_mib']} + CUDA {p['cuda_context_mib']} = "
