@@ -129,8 +129,8 @@ def plan(settings: Settings, host_python: str | None, gpus: list[dict], driver_v
     release = VLLM_RELEASES.get(settings.vllm_version)
     supported = [v for v, r in VLLM_RELEASES.items() if not r.refused]
     if release is None:
-        return None, [problem("vllm_version", settings.vllm_version, "not a release the toolkit supports on Volta "
-                              "(newer ones dropped the V0 engine or torch's sm_70 kernels; roles/vllm/versions.py)",
+        return None, [problem("vllm_version", settings.vllm_version, "not a release the toolkit has verified on Volta "
+                              "(engine, torch build with sm_70 kernels, wheels: roles/vllm/versions.py)",
                               f"choose one of {', '.join(supported)}")]
     if release.refused:
         return None, [problem("vllm_version", release.version, release.refused, f"choose one of {', '.join(supported)}")]

@@ -97,7 +97,7 @@ def test_tensor_parallel_larger_than_the_gpu_count_is_refused(model):
     assert plan(model(), gpus=(V100, {**V100, "index": 1}), instance={"tensor_parallel_size": 2})[1] == []
 
 
-@pytest.mark.parametrize("version, says", [("0.11.0", "not a release the toolkit supports"),
+@pytest.mark.parametrize("version, says", [("0.11.0", "not a release the toolkit has verified"),
                                            ("0.6.3.post1", "pyairports")])
 def test_versions_outside_the_table_or_without_wheels_are_refused(model, version, says):
     why = refused(plan(model(), vllm_version=version))
@@ -133,3 +133,12 @@ def test_a_lock_dir_without_the_lock_is_refused(model, tmp_path):
 
 def test_missing_model_directory_is_refused(tmp_path):
     assert "not a readable Hugging Face model directory" in refused(plan(str(tmp_path / "nothing")))
+
+
+def test_a_release_whose_torch_lacks_sm70_is_refused(model, monkeypatch):
+    """torch 2.7 cu128 wheels have no sm_70 kernels (TORCH_SM70): such a release entry is refused."""
+    from dataclasses import replace
+
+    bad = replace(VLLM_RELEASES[DEFAULT_VERSION], torch="2.7.0", torch_cuda="12.8")
+    monkeypatch.setitem(VLLM_RELEASES, DEFAULT_VERSION, bad)
+    assert "torch 2.7.0 (CUDA 12.8) has no sm_70 kernels" in refused(plan(model()))
