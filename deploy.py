@@ -11,7 +11,8 @@ from pyinfra import host
 from roles import base, cuda, llama_cpp, nvidia_driver, tuning, vllm
 from roles.preflight import preflight
 
-# 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver)
+# 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver,
+#    the vLLM release vs the host Python, each model vs the GPUs: quantization, dtype, VRAM and KV cache)
 #    are checked from read-only facts. Any refusal stops the deploy on every host before the first change.
 plan = preflight(host)
 
@@ -22,5 +23,4 @@ nvidia_driver.nvidia_driver(plan.settings, plan.driver)    # pinned + held drive
 cuda.cuda(plan.settings, plan.platform, plan.toolkits)     # CUDA toolkits that can build sm_70
 if plan.llama_cpp:
     llama_cpp.llama_cpp(plan.settings, plan.llama_cpp)     # llama.cpp for sm_70 + llama-server@NAME units
-if plan.vllm:
-    vllm.vllm(plan.settings, plan.vllm)                    # hash-locked vLLM venv + vllm@NAME units
+vllm.vllm(plan.settings, plan.vllm)                        # hash-locked vLLM venv + vllm@NAME units (or none)

@@ -25,8 +25,9 @@ _PYINFRA_PREFIXES = ("ssh_", "_", "winrm_", "docker_", "dockerssh_", "chroot_", 
 CudaVersion = Annotated[str, Field(pattern=r"^\d{2}\.\d$", description="major.minor, e.g. '12.4'")]
 Sha256 = Annotated[str, BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v),
                    Field(pattern=r"^[0-9a-f]{64}$")]
-#: Absolute paths without whitespace (systemd splits $VAR arguments on whitespace).
-HostPath = Annotated[str, Field(pattern=r"^/\S*$")]
+#: Absolute paths of characters that need no quoting anywhere: systemd splits $VAR arguments on whitespace and
+#: its EnvironmentFile parser strips quotes and backslashes, so a path must pass through both unchanged.
+HostPath = Annotated[str, Field(pattern=r"^/[A-Za-z0-9._+@:,=/-]*$")]
 #: Where the toolkit must never put the service home or the swapfile.
 SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/proc", "/sys", "/dev", "/run", "/var/lib/dpkg",
                "/var/lib/apt")
@@ -85,15 +86,25 @@ class VllmInstance(BaseModel):
     max_num_seqs: int = Field(64, ge=1, le=4096, description="--max-num-seqs: sequences batched together")
     tensor_parallel_size: int = Field(1, ge=1, le=16, description="--tensor-parallel-size (at most the GPU count)")
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e5m2", "fp8_e4m3"] = Field(
-        "auto", description="--kv-cache-dtype; fp8_e5m2 is storage-only and works on Volta")
+        "auto", description="--kv-cache-dtype; on Volta only fp8_e5m2 with a V0 release (roles/vllm/versions.py)")
     enforce_eager: bool = Field(False, description="--enforce-eager: no CUDA graphs (less VRAM, slower decode)")
     gpus: list[Annotated[int, Field(ge=0, le=15)]] | None = Field(
-        None, min_length=1, description="CUDA_VISIBLE_DEVICES indices; None: all GPUs")
+        None, min_length=1, description="CUDA_VISIBLE_DEVICES indices, each once; None: all GPUs")
     api_key_file: str | None = Field(
         None, min_length=1,
         description="control-machine file holding the API key (installed 0600 as VLLM_API_KEY, never in argv)")
+    expose_to_network: bool = Field(
+        False, description="accept a listen address other than loopback; vLLM checks the API key on /v1 only "
+                            "(/invocations, /tokenize, /metrics answer without it): prefer a proxy in front")
 
     _listen_address = field_validator("listen")(LlamaCppInstance._listen_address.__func__)
+
+    @field_validator("gpus")
+    @classmethod
+    def _unique_gpus(cls, v: list[int] | None) -> list[int] | None:
+        if v and len(set(v)) != len(v):
+            raise ValueError(f"{v} lists a GPU twice")
+        return v
 
 
 class Settings(BaseModel):

@@ -37,7 +37,7 @@ def compile_lock(release: VllmRelease, python: str) -> str:
         req, out = Path(tmp, "in.txt"), Path(tmp, "out.txt")
         req.write_text(f"vllm=={release.version}\n")
         subprocess.run(
-            ["uv", "pip", "compile", "--quiet", "--generate-hashes", "--only-binary", ":all:",
+            ["uv", "pip", "compile", "--quiet", "--no-config", "--generate-hashes", "--only-binary", ":all:",
              "--python-platform", "x86_64-manylinux_2_28", "--python-version", python,
              "--exclude-newer", release.exclude_newer, "--index-url", INDEX, "--no-header", "--no-annotate",
              str(req), "-o", str(out)], check=True)
@@ -56,8 +56,16 @@ def main() -> int:
     if version != UV_VERSION:
         print(f"uv {version} on PATH; the locks are made with uv {UV_VERSION} (tools/setup.sh installs it)")
         return 1
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    if not args.check:
+        LOCK_DIR.mkdir(parents=True, exist_ok=True)
     status = 0
+    expected = {r.lock_file(py).name for r in VLLM_RELEASES.values() for py in r.pythons}
+    stale = sorted(p.name for p in LOCK_DIR.glob("*.txt") if p.name not in expected) if LOCK_DIR.is_dir() else []
+    for name in stale:  # a release or Python left the table: its lock goes too
+        print(f"{name}: no longer in the table{'' if args.check else ', removed'}")
+        if not args.check:
+            (LOCK_DIR / name).unlink()
+    status |= bool(stale and args.check)
     for release in VLLM_RELEASES.values():
         for python in release.pythons:
             text = compile_lock(release, python)

@@ -20,6 +20,7 @@ from roles.facts import AptHolds, HostTraits, PackageInstalled
 from roles.nvidia_driver import BLACKLIST
 from roles.nvidia_driver.facts import (DkmsStatus, DriverPackages, InitramfsLacking, InstalledKernels, NvidiaGpus,
                                       split_driver_packages, upstream)
+from roles import vllm
 from roles.preflight import HostPlan
 
 #: Xid codes that mean the GPU or its link failed (NVIDIA Xid catalog): 48 double-bit ECC, 79 fallen off the bus,
@@ -161,6 +162,12 @@ def diagnose(host: Host, plan: HostPlan) -> list[Row]:
         rows.append(ok("llama.cpp build in use", target) if target == plan.llama_cpp.prefix else
                     broken("llama.cpp build in use", f"current -> {target}, settings say {plan.llama_cpp.prefix}",
                            "run deploy.py"))
+    if plan.vllm:
+        target = (host.get_fact(Link, path=vllm.CURRENT) or {}).get("link_target")
+        stamped = bool(host.get_fact(File, path=f"{plan.vllm.venv}/{vllm.STAMP}"))
+        rows.append(ok("vLLM venv in use", f"{target} (checked at install)") if target == plan.vllm.venv and stamped
+                    else broken("vLLM venv in use", f"current -> {target}, settings say {plan.vllm.venv}"
+                                f"{'' if stamped else ' (not installed and checked)'}", "run deploy.py"))
     return rows
 
 

@@ -13,7 +13,7 @@ import hashlib
 import ipaddress
 import json
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from io import StringIO
 from pathlib import Path
 from urllib.parse import urlparse
@@ -28,7 +28,7 @@ from roles import planner
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, Source
 from roles.ops import current_link, verified
-from roles.secrets import secret_file
+from roles.secrets import read_api_key, secret_file
 from roles.settings import LlamaCppInstance, Settings, problem
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -46,7 +46,7 @@ class Instance:
     settings: LlamaCppInstance
     model_path: str  # on the host
     model_source: str | None  # URL or control-machine path to place there
-    api_key: str | None
+    api_key: str | None = field(repr=False)
     memory: planner.Plan | None = None  # None: the model file is not readable before the deploy (URL, host path)
 
 
@@ -199,20 +199,11 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[dict],
                 else:
                     memory, more = memory_plan(key, inst, model_source, settings, gpus)
                     problems += more
-        api_key = None
         if not inst.api_key_file and not ipaddress.ip_address(inst.listen).is_loopback:
             problems.append(problem(f"{key}.listen", inst.listen, "reachable from the network without an API key",
                                     "set api_key_file, or listen on 127.0.0.1 behind your own proxy"))
-        if inst.api_key_file:
-            p = Path(inst.api_key_file).expanduser()
-            if not p.is_file():
-                problems.append(problem(f"{key}.api_key_file", inst.api_key_file, "not a file on the control "
-                                        "machine", "write the key to a file readable only by you"))
-            else:
-                api_key = p.read_text().strip()
-                if not api_key or "\n" in api_key:
-                    problems.append(problem(f"{key}.api_key_file", inst.api_key_file, "must hold one non-empty line",
-                                            "write the key alone into the file"))
+        api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
+        problems += more
         instances.append(Instance(name, inst, model_path, model_source, api_key, memory))
 
     if toolkit is None:
@@ -347,9 +338,10 @@ def llama_cpp(settings: Settings, p: LlamaCppPlan) -> None:
         else:
             changed.append(files.file(name=f"{inst.name}: no API key", path=key_file, present=False))
         service = f"llama-server@{inst.name}"
-        systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True)
+        # restart first (only if it was running), then make sure it runs: a first start is not also a restart
         systemd.service(name=f"{service} restarted (unit, settings, model or binary changed)", service=service,
-                        restarted=True, _if=any_changed(*changed))
+                        running=None, restarted=True, _if=any_changed(*changed))
+        systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True)
     # instances removed from the settings stop and lose their configuration (their models stay)
     for name in sorted(set(host.get_fact(InstalledInstances)) - {i.name for i in p.instances}):
         systemd.service(name=f"llama-server@{name} removed", service=f"llama-server@{name}", running=False,

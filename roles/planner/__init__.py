@@ -70,6 +70,7 @@ LLAMA_CPP_KQ_MASK_BYTES_PER_CTX_TOKEN = LLAMA_CPP_N_UBATCH * (4 + 2)
 #: unsupported below cc 8.0); fp8 variants are storage-only and work on Volta. (vLLM docs, volta.md; H/M)
 VLLM_KV_CACHE_DTYPES: dict[str, Fraction] = {
     "auto": Fraction(2), "fp8": Fraction(1), "fp8_e5m2": Fraction(1), "fp8_e4m3": Fraction(1),
+    "auto_float32": Fraction(4),  # "auto" under --dtype float32: the KV cache follows the model dtype
 }
 #: vLLM's paged KV cache block, in tokens (default --block-size on CUDA). (H)
 VLLM_BLOCK_SIZE = 16
@@ -369,14 +370,19 @@ def read_hf(path: str | Path) -> HfModel:
 
 def hf_text_config(config: dict) -> dict:
     """The language model's part of a config.json: the config itself, or merged with its `text_config`
-    (multimodal models)."""
+    (multimodal models). A config that is not an object gives {}."""
+    if not isinstance(config, dict):
+        return {}
     text = config.get("text_config") if "num_hidden_layers" not in config else None
     return {**config, **text} if isinstance(text, dict) else config
 
 
 def hf_model_from_config(config: dict, weight_bytes: int, where: str = "config.json") -> HfModel:
     """An HfModel from a parsed config.json and the bytes the weights take on the GPU (`weight_bytes`).
-    Raises ValueError naming `where` when a key the planner needs is missing."""
+    Raises ValueError naming `where` when the config is not a JSON object, a key the planner needs is missing, or
+    quantization_config is not an object."""
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: not a JSON object")
     c = hf_text_config(config)
 
     def need(key: str) -> int:
@@ -389,6 +395,8 @@ def hf_model_from_config(config: dict, weight_bytes: int, where: str = "config.j
     n_kv = int(c.get("num_key_value_heads") or n_heads)
     head_dim = int(c.get("head_dim") or need("hidden_size") // n_heads)
     quant = config.get("quantization_config") or c.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        raise ValueError(f"{where}: quantization_config is not an object")
     return HfModel(
         architecture=str((config.get("architectures") or [config.get("model_type", "unknown")])[0]),
         n_layers=n_layers,

@@ -23,22 +23,41 @@ class PythonVersion(FactBase):
 
 
 class HfModelDir(FactBase):
-    """A Hugging Face model directory on the host: {'config': dict (config.json), 'safetensors_bytes': int (sum of
-    the *.safetensors file sizes, headers included)}, or None when `path` has no readable config.json."""
+    """A Hugging Face model directory on the host: {'config': parsed config.json (None if not JSON),
+    'safetensors_bytes': int}, or None when `path` has no readable config.json.
+
+    The bytes are the sizes of the weight files vLLM loads, as planner.read_hf picks them (those named by
+    model.safetensors.index.json, else every *.safetensors except Mistral-style consolidated* duplicates),
+    following symlinks (a Hugging Face cache snapshot is all links). Headers count too: a few KiB at most."""
 
     def command(self, path: str) -> str:
         q = shlex.quote(path)
-        return (f"test -r {q}/config.json || exit 0; echo SIZE $(find {q} -maxdepth 1 -name '*.safetensors' "
-                f"-printf '%s\\n' | awk '{{s+=$1}} END {{print s+0}}'); cat {q}/config.json")
+        return (f"test -r {q}/config.json || exit 0; echo '#files'; "
+                f"find -L {q} -maxdepth 1 -name '*.safetensors' -printf '%s %f\\n'; "
+                f"echo '#index'; cat {q}/model.safetensors.index.json 2>/dev/null; echo; "
+                f"echo '#config'; cat {q}/config.json")
 
     def process(self, output: list[str]) -> dict | None:
-        if not output or not output[0].startswith("SIZE "):
+        sections: dict[str, list[str]] = {}
+        current = None
+        for line in output:
+            if line in ("#files", "#index", "#config"):
+                current = sections.setdefault(line, [])
+            elif current is not None:
+                current.append(line)
+        if "#config" not in sections:
             return None
+        sizes = dict(reversed(line.split(" ", 1)) for line in sections.get("#files", []) if " " in line)
         try:
-            config = json.loads("\n".join(output[1:]))
-        except json.JSONDecodeError:
-            return {"config": None, "safetensors_bytes": int(output[0].split()[1])}
-        return {"config": config, "safetensors_bytes": int(output[0].split()[1])}
+            wanted = set(json.loads("\n".join(sections.get("#index", [])))["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError):
+            sharded = [n for n in sizes if not n.startswith("consolidated")]
+            wanted = set(sharded or sizes)
+        try:
+            config = json.loads("\n".join(sections["#config"]))
+        except ValueError:
+            config = None
+        return {"config": config, "safetensors_bytes": sum(int(sizes[n]) for n in wanted if n in sizes)}
 
 
 class InstalledVllmInstances(FactBase):

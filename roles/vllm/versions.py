@@ -22,6 +22,7 @@ class VllmRelease:
     (from 0.10.2 on Volta through TRITON_ATTN, where Triton uses FMA instead of tensor cores: slower).
     environment: what the service must set for this engine on Volta. pythons: the "3.N" versions whose wheels
     exist for every locked package (a lock file per entry). exclude_newer: the resolution date of the locks.
+    volta_kv_cache_dtypes: the --kv-cache-dtype values that work below compute capability 8.9 with this engine.
     refused: why the release cannot be installed from wheels at all (None: installable).
     """
 
@@ -32,6 +33,7 @@ class VllmRelease:
     pythons: tuple[str, ...]
     exclude_newer: str
     environment: dict[str, str] = field(default_factory=dict)
+    volta_kv_cache_dtypes: tuple[str, ...] = ("auto",)
     refused: str | None = None
 
     def lock_file(self, python: str) -> Path:
@@ -49,9 +51,12 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
     # The last release line users run on V100 with the V0 engine (vllm#13398: V1 needs Ampere before 0.10.2, so
     # VLLM_USE_V1=0). torch 2.6.0 cu124 has sm_70 kernels. xformers 0.0.29.post2 has no cp313 wheel.
     "0.8.5.post1": VllmRelease("0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
-                               environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"}),
+                               environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"},
+                               # fp8_e5m2 KV is storage-only: no FP8 hardware needed (volta.md; M)
+                               volta_kv_cache_dtypes=("auto", "fp8_e5m2")),
     # The first V1 release with a Volta path (PRs #23614, #24022): TRITON_ATTN. torch 2.8.0 cu128 keeps sm_70.
-    # vLLM picks that backend itself on compute capability < 8.0; nothing to set.
+    # vLLM picks that backend itself on compute capability < 8.0; nothing to set. Its fp8 KV cache is stored as
+    # e4m3, which Triton cannot use before sm_89 ("type fp8e4nv not supported"): auto only.
     "0.10.2": VllmRelease("0.10.2", "2.8.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2025-09-30"),
 }
 

@@ -182,3 +182,10 @@ def test_bad_vllm_settings_refused_before_any_change(provisioned, tmp_path, requ
     assert run.rc != 0 and run.changed == {}
     assert expect in run.stderr and "Fix:" in run.stderr, run.stderr[-2000:]
     assert lab.run(SPEC, SNAPSHOT)[1] == before
+
+
+def test_doctor_sees_the_checked_venv_in_use(provisioned):
+    from roles.doctor.__main__ import run as doctor
+
+    rows = {r.check: r for r in doctor("inventory/lab.py", [SPEC.name])[SPEC.name]}
+    assert rows["vLLM venv in use"].state == "ok", rows["vLLM venv in use"]

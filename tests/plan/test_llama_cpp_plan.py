@@ -59,7 +59,9 @@ def test_plan_api_key_never_in_a_command_or_the_diff(tmp_path, caplog):
     cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "api_key_file": str(key_file)}}})
     assert not [c for c in cmds if "sekrit-KEY-123" in c]
     assert "sekrit-KEY-123" not in caplog.text
-    assert any(c.startswith("chown root:root /root/.v100kit-secrets/") and "chmod 600" in c for c in cmds)
+    # staged in a 0700 tmpfs directory of the SSH login user (SFTP uploads as that user, also under sudo)
+    assert 'install -d -m 700 -o "${SUDO_USER:-root}" /run/v100kit-secrets' in " ".join(cmds)
+    assert any(c.startswith("chown root:root /run/v100kit-secrets/") and "chmod 600" in c for c in cmds)
 
 
 def test_plan_removed_instance_is_stopped_and_unconfigured():

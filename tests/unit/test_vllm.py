@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -118,17 +119,19 @@ def test_memory_refusal_from_the_planner(model):
 
 
 def test_network_listener_needs_an_api_key_and_ports_are_unique(model, tmp_path):
-    assert "without an API key" in refused(plan(model(), instance={"listen": "0.0.0.0"}))
-    assert "llama-server@a already uses it" in refused(plan(model(), ports={8000: "llama-server@a"}))
     key = tmp_path / "key"
-    key.write_text("s3cret\n")
-    p, problems = plan(model(), instance={"listen": "0.0.0.0", "api_key_file": str(key)})
-    assert problems == [] and p.instances[0].api_key == "s3cret"
-    assert "s3cret" not in vllm.environment(p, p.instances[0])
+    key.write_text("s3cret-0123456789\n")
+    # vLLM checks the key on /v1 only: a network listener needs the key and an explicit opt-in
+    assert "/invocations" in refused(plan(model(), instance={"listen": "0.0.0.0"}))
+    assert "/invocations" in refused(plan(model(), instance={"listen": "0.0.0.0", "api_key_file": str(key)}))
+    assert "llama-server@a already uses it" in refused(plan(model(), ports={8000: "llama-server@a"}))
+    p, problems = plan(model(), instance={"listen": "0.0.0.0", "api_key_file": str(key), "expose_to_network": True})
+    assert problems == [] and p.instances[0].api_key == "s3cret-0123456789"
+    assert "s3cret" not in vllm.environment(p, p.instances[0]) and "s3cret" not in repr(p)
 
 
 def test_a_lock_dir_without_the_lock_is_refused(model, tmp_path):
-    assert "no lock file vllm-0.8.5.post1-py3.11.txt" in refused(plan(model(), vllm_lock_dir=str(tmp_path)))
+    assert "no readable lock file vllm-0.8.5.post1-py3.11.txt" in refused(plan(model(), vllm_lock_dir=str(tmp_path)))
 
 
 def test_missing_model_directory_is_refused(tmp_path):
@@ -142,3 +145,101 @@ def test_a_release_whose_torch_lacks_sm70_is_refused(model, monkeypatch):
     bad = replace(VLLM_RELEASES[DEFAULT_VERSION], torch="2.7.0", torch_cuda="12.8")
     monkeypatch.setitem(VLLM_RELEASES, DEFAULT_VERSION, bad)
     assert "torch 2.7.0 (CUDA 12.8) has no sm_70 kernels" in refused(plan(model()))
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "null", '"x"', "{not json"])
+def test_a_config_json_that_is_not_an_object_is_refused_not_a_traceback(model, text):
+    m = model()
+    (Path(m) / "config.json").write_text(text)
+    assert "vllm_instances.m.model_source" in refused(plan(m))
+
+
+def test_a_quantization_config_that_is_not_an_object_is_refused(model):
+    assert "quantization_config is not an object" in refused(plan(model(quantization_config="awq")))
+
+
+def test_a_model_source_that_is_a_file_is_refused(model, tmp_path):
+    f = tmp_path / "weights.safetensors"
+    f.write_bytes(b"x")
+    assert "not a directory" in refused(plan(str(f)))
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00binary", b"", b"two\nlines", b"has space key", b"short"])
+def test_api_key_files_systemd_would_mangle_or_cannot_be_read_are_refused(model, tmp_path, content):
+    key = tmp_path / "key"
+    key.write_bytes(content)
+    why = refused(plan(model(), instance={"api_key_file": str(key)}))
+    assert "vllm_instances.m.api_key_file" in why and "Fix:" in why
+    assert content.decode(errors="replace").strip() not in why or not content.strip()
+
+
+def test_gpu_indices_are_unique_and_exist(model):
+    with pytest.raises(ValueError, match="lists a GPU twice"):
+        Settings(vllm_instances={"m": {"model_path": "/m", "gpus": [0, 0]}})
+    # no driver answers yet: checked against gpu_count
+    assert "vllm_instances.m.gpus = [5]" in refused(plan(model(), gpus=(), instance={"gpus": [5]}))
+
+
+def test_instances_sharing_a_gpu_cannot_claim_more_than_all_of_it(model):
+    two_gpus = (V100, {**V100, "index": 1})
+    s = Settings(vllm_instances={"a": {"model_source": model()}, "b": {"model_source": model(), "port": 8001}})
+    p, problems = vllm.plan(s, "3.11", [V100], "535.261.03", lambda path: None, {})
+    assert p is None and "share GPU 0 and claim 1.8" in "\n".join(problems)
+    s = Settings(vllm_instances={"a": {"model_source": model(), "gpus": [0]},
+                                 "b": {"model_source": model(), "port": 8001, "gpus": [1]}})
+    assert vllm.plan(s, "3.11", list(two_gpus), "535.261.03", lambda path: None, {})[1] == []
+    s = Settings(vllm_instances={"a": {"model_source": model(), "gpu_memory_utilization": 0.45},
+                                 "b": {"model_source": model(), "port": 8001, "gpu_memory_utilization": 0.45}})
+    assert vllm.plan(s, "3.11", [V100], "535.261.03", lambda path: None, {})[1] == []
+
+
+@pytest.mark.parametrize("version, kv, ok", [
+    ("0.8.5.post1", "fp8_e5m2", True), ("0.8.5.post1", "fp8", False), ("0.8.5.post1", "fp8_e4m3", False),
+    ("0.10.2", "fp8_e5m2", False), ("0.10.2", "auto", True)])
+def test_fp8_kv_cache_on_volta_follows_the_release_table(model, version, kv, ok):
+    p, problems = plan(model(), python="3.12", vllm_version=version, instance={"kv_cache_dtype": kv})
+    assert (problems == []) is ok, problems
+    if not ok:
+        assert "vllm_instances.m.kv_cache_dtype" in problems[0]
+
+
+def test_float32_is_planned_at_four_bytes_per_element(model):
+    half = plan(model())[0].instances[0].memory
+    full = plan(model(), instance={"dtype": "float32"})[0].instances[0].memory
+    assert full.weight_bytes == 2 * half.weight_bytes and full.kv_bytes_per_token == 2 * half.kv_bytes_per_token
+
+
+def test_each_instance_gets_its_own_model_directory_and_snapshot_links_are_followed(tmp_path):
+    a, b = write_tiny_hf(tmp_path / "a" / "model"), write_tiny_hf(tmp_path / "b" / "model", seed=1)
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    for f in a.iterdir():  # a Hugging Face cache snapshot: every file a symlink to a blob
+        (snap / f.name).symlink_to(f)
+    (snap / ".cache").mkdir()
+    (snap / ".cache" / "junk").write_text("x")
+    s = Settings(vllm_instances={"x": {"model_source": str(b), "gpu_memory_utilization": 0.4},
+                                 "y": {"model_source": str(snap), "port": 8001, "gpu_memory_utilization": 0.4}})
+    p, problems = vllm.plan(s, "3.11", [V100], "535.261.03", lambda path: None, {})
+    assert problems == []
+    x, y = p.instances
+    assert (x.model_path, y.model_path) == ("/var/lib/llm/models/x", "/var/lib/llm/models/y")
+    assert sorted(rel for _, rel in y.model_files) == sorted(f.name for f in a.iterdir())
+    assert all(Path(src).parent == a and not Path(src).is_symlink() for src, _ in y.model_files)
+
+
+def test_the_venv_name_ignores_the_lock_generator_line():
+    text = VLLM_RELEASES[DEFAULT_VERSION].lock_file("3.11").read_text()
+    newer_uv = text.replace("with uv 0.13.8", "with uv 0.99.0")
+    assert newer_uv != text and vllm.lock_digest(newer_uv) == vllm.lock_digest(text)
+    assert vllm.lock_digest(text + "# another comment\n") != vllm.lock_digest(text)
+
+
+def test_host_model_dir_fact_follows_the_index_and_skips_consolidated_duplicates():
+    from roles.vllm.facts import HfModelDir
+
+    fact = HfModelDir()
+    out = ["#files", "100 model-00001-of-00002.safetensors", "200 model-00002-of-00002.safetensors",
+           "300 consolidated.safetensors", "#index", "", "#config", '{"num_hidden_layers": 2}']
+    assert fact.process(out) == {"config": {"num_hidden_layers": 2}, "safetensors_bytes": 300}
+    out[5] = '{"weight_map": {"a": "consolidated.safetensors"}}'
+    assert fact.process(out)["safetensors_bytes"] == 300 and fact.process([]) is None
