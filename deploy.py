@@ -21,6 +21,6 @@ base.base(plan.settings, plan.platform)                    # apt sources + compo
 tuning.tuning(plan.settings)                               # sysctl.d, swapfile, THP at boot, open-file limits
 nvidia_driver.nvidia_driver(plan.settings, plan.driver)    # pinned + held driver, DKMS, nouveau blacklist
 cuda.cuda(plan.settings, plan.platform, plan.toolkits)     # CUDA toolkits that can build sm_70
-if plan.llama_cpp:
-    llama_cpp.llama_cpp(plan.settings, plan.llama_cpp)     # llama.cpp for sm_70 + llama-server@NAME units
-vllm.vllm(plan.settings, plan.vllm)                        # hash-locked vLLM venv + vllm@NAME units (or none)
+llama_cpp.llama_cpp(plan.settings, plan.llama_cpp)         # llama.cpp for sm_70 + llama-server@NAME units
+vllm.vllm(plan.settings, plan.vllm)                        # hash-locked vLLM venv + vllm@NAME units
+# (a role without configured instances only stops and unconfigures the ones an earlier deploy set up)

@@ -295,7 +295,20 @@ class InstalledInstances(FactBase):
 
 
 @deploy("llama.cpp")
-def llama_cpp(settings: Settings, p: LlamaCppPlan) -> None:
+def llama_cpp(settings: Settings, p: LlamaCppPlan | None) -> None:
+    """Converge the build and the llama-server@NAME instances of `p`; with p None (no instance configured) only
+    stop and unconfigure instances a previous deploy set up (builds and models stay)."""
+    if p is not None:
+        _build_and_serve(settings, p)
+    kept = {i.name for i in p.instances} if p else set()
+    for name in sorted(set(host.get_fact(InstalledInstances)) - kept):
+        systemd.service(name=f"llama-server@{name} removed", service=f"llama-server@{name}", running=False,
+                        enabled=False)
+        for path in (f"{CONFIG_DIR}/{name}.env", f"{CONFIG_DIR}/{name}.key.env"):
+            files.file(name=f"{path} removed", path=path, present=False)
+
+
+def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
     user, home = settings.base_service_user, settings.base_service_home
     apt.packages(name="build tools", no_recommends=True,
                  packages=["cmake", "make", "ccache", p.toolkit.host_compiler, "libc6-dev"])
@@ -342,9 +355,3 @@ def llama_cpp(settings: Settings, p: LlamaCppPlan) -> None:
         systemd.service(name=f"{service} restarted (unit, settings, model or binary changed)", service=service,
                         running=None, restarted=True, _if=any_changed(*changed))
         systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True)
-    # instances removed from the settings stop and lose their configuration (their models stay)
-    for name in sorted(set(host.get_fact(InstalledInstances)) - {i.name for i in p.instances}):
-        systemd.service(name=f"llama-server@{name} removed", service=f"llama-server@{name}", running=False,
-                        enabled=False)
-        for path in (f"{CONFIG_DIR}/{name}.env", f"{CONFIG_DIR}/{name}.key.env"):
-            files.file(name=f"{path} removed", path=path, present=False)

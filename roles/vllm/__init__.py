@@ -310,12 +310,12 @@ def environment(p: VllmPlan, inst: Instance) -> str:
 
 
 @operation()
-def uv_binary(wheel: str):
-    """Unpack the uv binary from its (checksum-verified) wheel to UV, unless it is there."""
+def uv_binary(wheel: str, python: str):
+    """Unpack the uv binary from its (checksum-verified) wheel to UV with the host's `python`, unless it is there."""
     if host.get_fact(File, path=UV):
         return
     member = f"uv-{UV_VERSION}.data/scripts/uv"
-    yield (f"python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])' "
+    yield (f"{shlex.quote(python)} -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])' "
            f"{wheel} {member} {WORK}/uv-unpack && install -D -m 755 {WORK}/uv-unpack/{member} {UV}.new && "
            f"mv -f {UV}.new {UV} && rm -rf {WORK}/uv-unpack")
 
@@ -325,8 +325,9 @@ def venv(p: VllmPlan, python: str, lock: str):
     """Install p.venv from `lock` (on the host) unless it is there and stamped.
 
     uv creates the venv on `python` and installs exactly the locked wheels (--require-hashes, --no-deps,
-    --only-binary :all:), compiled to bytecode (the service user cannot write __pycache__ under /opt); then `uv pip check` and check_venv.py (vLLM version, sm_70 in torch) must pass before
-    the stamp is written. Any failure removes this half-made venv only."""
+    --only-binary :all:), compiled to bytecode (the service user cannot write __pycache__ under /opt); then
+    `uv pip check` and check_venv.py (vLLM version, sm_70 in torch) must pass before the stamp is written. Any
+    failure removes this half-made venv only."""
     if host.get_fact(File, path=f"{p.venv}/{STAMP}"):
         return
     log = f"{WORK}/install-{Path(p.venv).name}.log"
@@ -366,7 +367,7 @@ def _install_and_serve(settings: Settings, p: VllmPlan) -> None:
     files.directory(name="vLLM work area", path=WORK, mode="700")
     wheel = f"{WORK}/uv-{UV_VERSION}.whl"
     files.download(name=f"uv {UV_VERSION} wheel", src=UV_WHEEL_URL, dest=wheel, sha256sum=UV_WHEEL_SHA256, mode="600")
-    uv_binary(name=f"uv {UV_VERSION}", wheel=wheel)
+    uv_binary(name=f"uv {UV_VERSION}", wheel=wheel, python=settings.vllm_python)
     files.directory(name="venv root", path=f"{VENV_ROOT}/locks", mode="755")
     files.put(name="venv check script", src=str(Path(__file__).parent / "check_venv.py"), dest=CHECK, mode="644")
     lock = f"{VENV_ROOT}/locks/{Path(p.venv).name}.txt"

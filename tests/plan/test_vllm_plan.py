@@ -43,3 +43,16 @@ def test_plan_without_a_visible_gpu_enables_but_never_starts():
 def test_plan_tensor_parallel_beyond_the_visible_gpus_is_refused_before_any_command():
     with pytest.raises(SettingsError, match=r"tensor_parallel_size = 4.*at most 2"):
         commands({"tensor_parallel_size": 4}, TWO_V100)
+
+
+def test_plan_first_start_is_not_followed_by_a_restart():
+    cmds = commands({}, TWO_V100)
+    assert cmds.count("systemctl start vllm@tiny.service") == 1
+    assert not [c for c in cmds if c.startswith("systemctl restart vllm")]
+
+
+def test_plan_instances_left_behind_are_stopped_even_when_none_is_configured():
+    cmds = [str(c) for c in plan_commands(UBUNTU_2404, {}, responses={
+        "ls /etc/vllm/*.env": ["/etc/vllm/old.env"],
+        "vllm@old.service": ["Id=vllm@old.service", "SubState=running", "UnitFileState=enabled"]})]
+    assert "systemctl stop vllm@old.service" in cmds and "systemctl disable vllm@old.service" in cmds
