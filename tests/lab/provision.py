@@ -53,6 +53,11 @@ def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ..
     return run
 
 
+#: V100KIT_LAB_REUSE=1: the hosts were provisioned by an earlier run. Checks that need fresh hosts skip.
+REUSED = os.environ.get("V100KIT_LAB_REUSE") == "1"
+FRESH_ONLY = "V100KIT_LAB_REUSE=1: the hosts were provisioned by an earlier run, and this check needs fresh ones"
+
+
 @dataclass
 class Provision:
     lab: Lab
