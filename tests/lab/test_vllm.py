@@ -189,3 +189,29 @@ def test_doctor_sees_the_checked_venv_in_use(provisioned):
 
     rows = {r.check: r for r in doctor("inventory/lab.py", [SPEC.name])[SPEC.name]}
     assert rows["vLLM venv in use"].state == "ok", rows["vLLM venv in use"]
+
+
+@pytest.mark.disruptive
+def test_trixie_installs_the_release_python313_has_wheels_for_then_removes_the_instance(provisioned):
+    """The fix the refusal names works: 0.10.2 (V1 engine) installs from its py3.13 lock on Debian 13 and passes the
+    venv checks; deploying the lab's own settings again (no vLLM instance) stops and unconfigures it."""
+    release = VLLM_RELEASES["0.10.2"]
+    assert "3.13" in release.pythons
+    tx = testinfra.get_host(provisioned.lab.testinfra_url(TRIXIE))
+    args = [*data_args({"vllm_version": release.version, "vllm_instances": {"tiny": {**vllm_instance(), "port": 18092}}}),
+            "--limit", TRIXIE.name]
+    try:
+        run = deploy("vllm-trixie-0.10.2", args)
+        assert run.rc == 0, run.stderr[-3000:]
+        stamp = json.loads(tx.file(f"{CURRENT}/.v100kit-venv.json").content_string)
+        assert stamp["vllm"] == release.version and stamp["python"] == "3.13"
+        probe = "import torch, vllm; print(vllm.__version__, torch.__version__, torch._C._cuda_getArchFlags())"
+        out = tx.check_output(f"{PY} -c \"{probe}\" 2>/dev/null").splitlines()[-1].split(" ", 2)
+        assert out[0] == release.version and out[1].startswith(release.torch) and "sm_70" in out[2].split()
+        assert "VLLM_USE_V1" not in tx.file("/etc/vllm/tiny.env").content_string
+        again = deploy("vllm-trixie-0.10.2-again", args)
+        assert again.rc == 0 and again.changed == {}, again.changed_ops
+    finally:
+        back = deploy("vllm-trixie-back", ["--limit", TRIXIE.name])
+    assert back.rc == 0 and "vLLM | vllm@tiny removed" in back.changed_ops.get(TRIXIE.name, []), back.changed_ops
+    assert tx.service(UNIT).is_enabled is False and not tx.file("/etc/vllm/tiny.env").exists
