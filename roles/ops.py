@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from io import StringIO
+
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import FactBase, operation
 from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import Link, Sha256File
+from pyinfra.operations import files, systemd
+from pyinfra.operations.util import any_changed
+
+from roles.secrets import secret_file
 
 
 @operation()
@@ -22,3 +28,43 @@ def verified(path: str, sha256: str):
         raise OperationError(f"{path}: sha256 is not {sha256}; nothing was replaced")
     return
     yield  # an operation is a generator
+
+
+class ConfiguredInstances(FactBase):
+    """Names of the service instances configured on the host: CONFIG_DIR/NAME.env (NAME.key.env excluded)."""
+
+    default = list
+
+    def command(self, config_dir: str) -> str:
+        return f"ls {config_dir}/*.env 2>/dev/null | grep -v '\\.key\\.env$' || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return sorted(line.strip().rsplit("/", 1)[-1].removesuffix(".env") for line in output if line.strip())
+
+
+def instance_config(name: str, config_dir: str, env: str, key_var: str, api_key: str | None) -> list:
+    """Write an instance's EnvironmentFile (`env`, 0644) and its API key file (`key_var`=key, 0600, root) or remove
+    the key file; returns the operations, for restarts on change."""
+    key_file = f"{config_dir}/{name}.key.env"
+    return [
+        files.put(name=f"{name}: arguments", src=StringIO(env), dest=f"{config_dir}/{name}.env", mode="644"),
+        secret_file(name=f"{name}: API key (0600)", dest=key_file, content=f"{key_var}={api_key}\n") if api_key
+        else files.file(name=f"{name}: no API key", path=key_file, present=False),
+    ]
+
+
+def restart_then_run(service: str, changed: list, what: str) -> None:
+    """Restart `service` if it was running and any of `changed` changed, then make sure it is enabled and running:
+    a first start is not also a restart."""
+    systemd.service(name=f"{service} restarted ({what} changed)", service=service, running=None, restarted=True,
+                    _if=any_changed(*changed))
+    systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True)
+
+
+def remove_instances(unit: str, config_dir: str, kept: set[str]) -> None:
+    """Stop, disable and unconfigure the instances of `unit`@ configured under `config_dir` but not in `kept`
+    (their models, builds and venvs stay)."""
+    for name in sorted(set(host.get_fact(ConfiguredInstances, config_dir=config_dir)) - kept):
+        systemd.service(name=f"{unit}@{name} removed", service=f"{unit}@{name}", running=False, enabled=False)
+        for path in (f"{config_dir}/{name}.env", f"{config_dir}/{name}.key.env"):
+            files.file(name=f"{path} removed", path=path, present=False)

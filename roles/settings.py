@@ -35,6 +35,13 @@ SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/pro
 LlamaCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
+def _once_each(values: list | None, what: str) -> list | None:
+    """Validator body: `values` unchanged, or ValueError when an entry repeats."""
+    if values and len(set(values)) != len(values):
+        raise ValueError(f"{values} lists a {what} twice")
+    return values
+
+
 class LlamaCppInstance(BaseModel):
     """One llama-server instance (systemd unit llama-server@NAME). The model is either `model_path` on the host,
     or `model_source` (URL or path on the control machine) with `model_sha256`, placed under the service home."""
@@ -99,12 +106,7 @@ class VllmInstance(BaseModel):
 
     _listen_address = field_validator("listen")(LlamaCppInstance._listen_address.__func__)
 
-    @field_validator("gpus")
-    @classmethod
-    def _unique_gpus(cls, v: list[int] | None) -> list[int] | None:
-        if v and len(set(v)) != len(v):
-            raise ValueError(f"{v} lists a GPU twice")
-        return v
+    _unique_gpus = field_validator("gpus")(lambda v: _once_each(v, "GPU"))
 
 
 class Settings(BaseModel):
@@ -243,12 +245,7 @@ class Settings(BaseModel):
             raise ValueError(f"{v!r} leaves the archive")
         return v
 
-    @field_validator("cuda_versions")
-    @classmethod
-    def _no_duplicates(cls, v: list[str] | None) -> list[str] | None:
-        if v and len(set(v)) != len(v):
-            raise ValueError(f"{v} lists a version twice")
-        return v
+    _no_duplicates = field_validator("cuda_versions")(lambda v: _once_each(v, "version"))
 
     @field_validator("base_extra_packages")
     @classmethod

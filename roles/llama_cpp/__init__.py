@@ -14,21 +14,19 @@ import ipaddress
 import json
 import shlex
 from dataclasses import dataclass, field, replace
-from io import StringIO
 from pathlib import Path
 from urllib.parse import urlparse
 
 from pyinfra import host
-from pyinfra.api import FactBase, deploy, operation
+from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
-from pyinfra.operations.util import any_changed
 
 from roles import planner
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, Source
-from roles.ops import current_link, verified
-from roles.secrets import read_api_key, secret_file
+from roles.ops import current_link, instance_config, remove_instances, restart_then_run, verified
+from roles.secrets import read_api_key
 from roles.settings import LlamaCppInstance, Settings, problem
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -282,30 +280,13 @@ def build(plan_: LlamaCppPlan, jobs: int):
     )
 
 
-class InstalledInstances(FactBase):
-    """Names of the llama-server instances configured on the host (/etc/llama-server/NAME.env)."""
-
-    default = list
-
-    def command(self) -> str:
-        return f"ls {CONFIG_DIR}/*.env 2>/dev/null | grep -v '\\.key\\.env$' || true"
-
-    def process(self, output: list[str]) -> list[str]:
-        return sorted(Path(line.strip()).name.removesuffix(".env") for line in output if line.strip())
-
-
 @deploy("llama.cpp")
 def llama_cpp(settings: Settings, p: LlamaCppPlan | None) -> None:
     """Converge the build and the llama-server@NAME instances of `p`; with p None (no instance configured) only
     stop and unconfigure instances a previous deploy set up (builds and models stay)."""
     if p is not None:
         _build_and_serve(settings, p)
-    kept = {i.name for i in p.instances} if p else set()
-    for name in sorted(set(host.get_fact(InstalledInstances)) - kept):
-        systemd.service(name=f"llama-server@{name} removed", service=f"llama-server@{name}", running=False,
-                        enabled=False)
-        for path in (f"{CONFIG_DIR}/{name}.env", f"{CONFIG_DIR}/{name}.key.env"):
-            files.file(name=f"{path} removed", path=path, present=False)
+    remove_instances("llama-server", CONFIG_DIR, {i.name for i in p.instances} if p else set())
 
 
 def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
@@ -341,17 +322,7 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
                                   user=user, group=user, mode="640")
                 verified(name=f"{inst.name}: model checksum", path=inst.model_path, sha256=sha)
             changed.append(model)
-        changed.append(files.put(
-            name=f"{inst.name}: arguments", src=StringIO(f"LLAMA_SERVER_ARGS={server_args(inst, p.source.flash_attn_style)}\n"),
-            dest=f"{CONFIG_DIR}/{inst.name}.env", mode="644"))
-        key_file = f"{CONFIG_DIR}/{inst.name}.key.env"
-        if inst.api_key:
-            changed.append(secret_file(name=f"{inst.name}: API key (0600)", dest=key_file,
-                                       content=f"LLAMA_API_KEY={inst.api_key}\n"))
-        else:
-            changed.append(files.file(name=f"{inst.name}: no API key", path=key_file, present=False))
-        service = f"llama-server@{inst.name}"
-        # restart first (only if it was running), then make sure it runs: a first start is not also a restart
-        systemd.service(name=f"{service} restarted (unit, settings, model or binary changed)", service=service,
-                        running=None, restarted=True, _if=any_changed(*changed))
-        systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True)
+        changed += instance_config(inst.name, CONFIG_DIR,
+                                   f"LLAMA_SERVER_ARGS={server_args(inst, p.source.flash_attn_style)}\n",
+                                   "LLAMA_API_KEY", inst.api_key)
+        restart_then_run(f"llama-server@{inst.name}", changed, "unit, settings, model or binary")

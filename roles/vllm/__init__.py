@@ -15,7 +15,6 @@ import ipaddress
 import json
 import shlex
 from dataclasses import dataclass, field, replace
-from io import StringIO
 from pathlib import Path
 from typing import Callable
 
@@ -23,13 +22,11 @@ from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
-from pyinfra.operations.util import any_changed
 
 from roles import planner
-from roles.ops import current_link
-from roles.secrets import read_api_key, secret_file
+from roles.ops import current_link, instance_config, remove_instances, restart_then_run
+from roles.secrets import read_api_key
 from roles.settings import Settings, VllmInstance, problem
-from roles.vllm.facts import CONFIG_DIR, InstalledVllmInstances
 from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, QUANT_MIN_CAPABILITY, SOFTCAP_MIN_CAPABILITY,
                                  TORCH_SM70, UV_VERSION, UV_WHEEL_SHA256, UV_WHEEL_URL, VLLM_RELEASES, VllmRelease)
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
@@ -46,6 +43,7 @@ INSTALL_FLAGS = ("--require-hashes", "--no-deps", "--only-binary", ":all:", "--c
                  INDEX_URL)
 STAMP = ".v100kit-venv.json"
 CHECK = f"{VENV_ROOT}/check_venv.py"
+CONFIG_DIR = "/etc/vllm"
 
 
 @dataclass(frozen=True)
@@ -352,11 +350,7 @@ def vllm(settings: Settings, p: VllmPlan | None) -> None:
     unconfigure instances a previous deploy set up (venvs and models stay)."""
     if p is not None:
         _install_and_serve(settings, p)
-    kept = {i.name for i in p.instances} if p else set()
-    for name in sorted(set(host.get_fact(InstalledVllmInstances)) - kept):
-        systemd.service(name=f"vllm@{name} removed", service=f"vllm@{name}", running=False, enabled=False)
-        for path in (f"{CONFIG_DIR}/{name}.env", f"{CONFIG_DIR}/{name}.key.env"):
-            files.file(name=f"{path} removed", path=path, present=False)
+    remove_instances("vllm", CONFIG_DIR, {i.name for i in p.instances} if p else set())
 
 
 def _install_and_serve(settings: Settings, p: VllmPlan) -> None:
@@ -392,20 +386,10 @@ def _install_and_serve(settings: Settings, p: VllmPlan) -> None:
                                     path=f"{inst.model_path}/{Path(rel).parent}", user=user, group=user, mode="750")
                 changed.append(files.put(name=f"{inst.name}: model {rel}", src=src, dest=f"{inst.model_path}/{rel}",
                                          user=user, group=user, mode="640"))
-        changed.append(files.put(name=f"{inst.name}: arguments", src=StringIO(environment(p, inst)),
-                                 dest=f"{CONFIG_DIR}/{inst.name}.env", mode="644"))
-        key_file = f"{CONFIG_DIR}/{inst.name}.key.env"
-        if inst.api_key:
-            changed.append(secret_file(name=f"{inst.name}: API key (0600)", dest=key_file,
-                                       content=f"VLLM_API_KEY={inst.api_key}\n"))
-        else:
-            changed.append(files.file(name=f"{inst.name}: no API key", path=key_file, present=False))
+        changed += instance_config(inst.name, CONFIG_DIR, environment(p, inst), "VLLM_API_KEY", inst.api_key)
         service = f"vllm@{inst.name}"
         if p.gpu_visible:
-            # restart first (only if it was running), then make sure it runs: a first start is not also a restart
-            systemd.service(name=f"{service} restarted (unit, settings, model or venv changed)", service=service,
-                            running=None, restarted=True, _if=any_changed(*changed))
-            systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True)
+            restart_then_run(service, changed, "unit, settings, model or venv")
         else:  # no GPU: started at boot, where ConditionPathExistsGlob skips it until the driver sees a GPU
             systemd.service(name=f"{service} enabled (no GPU visible: not started)", service=service, running=None,
                             enabled=True)

@@ -7,8 +7,6 @@ import shlex
 
 from pyinfra.api import FactBase
 
-CONFIG_DIR = "/etc/vllm"
-
 
 class PythonVersion(FactBase):
     """'3.11' for the Python at `path` ("major.minor"), or None when there is no such executable."""
@@ -58,15 +56,3 @@ class HfModelDir(FactBase):
         except ValueError:
             config = None
         return {"config": config, "safetensors_bytes": sum(int(sizes[n]) for n in wanted if n in sizes)}
-
-
-class InstalledVllmInstances(FactBase):
-    """Names of the vLLM instances configured on the host (/etc/vllm/NAME.env)."""
-
-    default = list
-
-    def command(self) -> str:
-        return f"ls {CONFIG_DIR}/*.env 2>/dev/null | grep -v '\\.key\\.env$' || true"
-
-    def process(self, output: list[str]) -> list[str]:
-        return sorted(line.strip().rsplit("/", 1)[-1].removesuffix(".env") for line in output if line.strip())
