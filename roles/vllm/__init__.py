@@ -271,7 +271,8 @@ def plan(settings: Settings, host_python: str | None, gpus: list[dict], driver_v
                 if not memory.fits:
                     why = "; ".join(r for r in memory.reasons if not r.startswith("decode ceiling"))
                     problems.append(problem(f"{key}.max_model_len", inst.max_model_len, f"does not fit: {why}",
-                                            "take one of the suggestions above, or lower max_model_len"))
+                                            "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size, or use a "
+                                            "GPTQ build (the reasons say which of these fit)"))
         dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
         instances.append(Instance(name, inst, model_path, files_, dtype, api_key, memory))
     for g, users in sorted(claimed.items()):
