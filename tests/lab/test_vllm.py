@@ -16,6 +16,7 @@ import testinfra
 from lab.data import VLLM_HOSTS, host_data, vllm_instance
 from lab.harness import HOSTS
 from lab.models import write_tiny_hf
+from roles.doctor.__main__ import run as doctor
 from roles.planner import read_hf
 from roles.vllm import CURRENT, UV, UV_CACHE
 from roles.vllm.versions import DEFAULT_VERSION, LOCK_DIR, VLLM_RELEASES
@@ -185,8 +186,6 @@ def test_bad_vllm_settings_refused_before_any_change(provisioned, tmp_path, requ
 
 
 def test_doctor_sees_the_checked_venv_in_use(provisioned):
-    from roles.doctor.__main__ import run as doctor
-
     rows = {r.check: r for r in doctor("inventory/lab.py", [SPEC.name])[SPEC.name]}
     assert rows["vLLM venv in use"].state == "ok", rows["vLLM venv in use"]
 
