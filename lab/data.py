@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
-from lab.harness import LAB_CACHE, LAB_STATE, HostSpec
+from lab.harness import LAB_CACHE, LAB_STATE, HostSpec, atomic_write, locked
 from lab.models import write_tiny_hf, write_tiny_llama
 from lab.sources import llama_cpp_default_source, sha256_of
 from roles.llama_cpp.versions import DEFAULT_SOURCE
@@ -27,29 +29,32 @@ VLLM_PORT = 18091
 def api_key_file(state: Path = LAB_STATE) -> Path:
     """A random API key in a 0600 file, generated once per lab state directory."""
     path = state / "llama-api-key"
-    if not path.exists():
-        state.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(24) + "\n")
+    with locked(path):
+        if not (path.is_file() and len(path.read_text().strip()) >= 32):  # missing, or cut short by an interruption
+            atomic_write(path, secrets.token_urlsafe(24) + "\n", mode=0o600)
     return path
 
 
 def tiny_model(cache: Path = LAB_CACHE) -> Path:
+    """The tiny GGUF model, written once per cache (atomically: a reader never sees part of it)."""
     path = cache / "models" / "tiny-llama-v2.gguf"  # v2: trained context 8192
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_tiny_llama(path.with_suffix(".part"))
-        path.with_suffix(".part").rename(path)
+    with locked(path):
+        if not path.is_file():
+            with tempfile.TemporaryDirectory(dir=path.parent, prefix=".tiny.") as tmp:
+                os.replace(write_tiny_llama(Path(tmp) / path.name), path)
     return path
 
 
 def tiny_hf_model(cache: Path = LAB_CACHE) -> Path:
-    """The tiny safetensors llama directory (config.json, model.safetensors), written once per cache."""
+    """The tiny safetensors llama directory (config.json, model.safetensors, tokenizer), written once per cache
+    into a temporary directory that is renamed into place whole."""
     path = cache / "models" / "tiny-llama-hf"
-    if not (path / "config.json").exists():
-        write_tiny_hf(path.with_name(path.name + ".part"))
-        path.with_name(path.name + ".part").rename(path)
+    with locked(path):
+        if not (path / "config.json").is_file():  # config.json is written last: without it the copy is partial
+            shutil.rmtree(path, ignore_errors=True)
+            tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".tiny-hf."))
+            write_tiny_hf(tmp)
+            os.replace(tmp, path)
     return path
 
 

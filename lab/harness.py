@@ -6,22 +6,33 @@ the host network, so each lab host's sshd listens on its own loopback port with 
 and the host keys are generated at run time under the lab state directory, never in the repository.
 
 Layout (both directories live outside the repository and survive between runs):
-    $V100KIT_LAB_CACHE (/var/cache/v100kit-lab): images/<suite>-<key>.tar, apt/<suite>/ (shared .deb cache), uv/ (shared wheel cache)
+    $V100KIT_LAB_CACHE (/var/cache/v100kit-lab): images/<suite>-<key>.tar, apt/<suite>/ (shared .deb cache),
+                                                 uv/ (shared wheel cache), ccache/ (shared compiler cache)
     $V100KIT_LAB_STATE (/var/lib/v100kit-lab):   id_ed25519, known_hosts, ssh_config, hosts/<name>/{rootfs,pid,console.log}
+
+Either directory may be missing or empty: everything is created on demand. What hosts booted in parallel share
+(the client key, known_hosts, ssh_config, images, cached files) is created under a lock (threads and other
+processes alike) and written atomically (a temporary file renamed into place), and a half-written file from an
+interrupted run is detected and replaced; nothing depends on an earlier run having finished.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import paramiko
 
@@ -43,6 +54,43 @@ STOP_TIMEOUT_S = 90
 
 class LabError(RuntimeError):
     """A lab host could not be built, booted, reached, rebooted or stopped."""
+
+
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock named by `path` (the file `path`.lock): against other threads of this process
+    (flock is per open file, not per thread) and against other processes. Creates the parent directory."""
+    lock_path = Path(str(path) + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with _THREAD_LOCKS_GUARD:
+        tlock = _THREAD_LOCKS.setdefault(str(lock_path), threading.Lock())
+    with tlock, open(lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+    """Write `data` to `path` through a temporary file in the same directory, renamed into place: readers see the
+    old content or the new, never a part. Creates the parent directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True)
@@ -72,6 +120,11 @@ HOSTS: tuple[HostSpec, ...] = (
 )
 
 
+def _is_tar(path: Path) -> bool:
+    """Whether `path` is a complete tar archive (tar reads it to the end without error)."""
+    return subprocess.run(["tar", "-tf", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+
 def spec(name: str) -> HostSpec:
     """Return the bundled host spec called `name`; raises LabError naming the known hosts otherwise."""
     for s in HOSTS:
@@ -83,9 +136,12 @@ def spec(name: str) -> HostSpec:
 class Lab:
     """Builds, boots, reboots, stops and destroys the bundled lab hosts."""
 
-    def __init__(self, state: Path = LAB_STATE, cache: Path = LAB_CACHE) -> None:
+    def __init__(self, state: Path = LAB_STATE, cache: Path = LAB_CACHE, hosts: tuple[HostSpec, ...] = HOSTS) -> None:
+        """`state` and `cache` need not exist (they are made on first use); `hosts` are the specs this lab
+        manages (its ssh_config, known_hosts and inventory list those)."""
         self.state = state
         self.cache = cache
+        self.hosts = hosts
         self.key = state / "id_ed25519"
         self.known_hosts = state / "known_hosts"
         self.ssh_config = state / "ssh_config"
@@ -102,29 +158,60 @@ class Lab:
         """Return the cached root filesystem tarball for `suite`, building it with mmdebstrap if missing."""
         key = hashlib.sha256(json.dumps([suite, IMAGE_PACKAGES, MIRROR]).encode()).hexdigest()[:12]
         path = self.cache / "images" / f"{suite}-{key}.tar"
-        if path.exists():
-            return path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(path.name + ".part")
-        cmd = ["mmdebstrap", "--format=tar", "--variant=minbase", "--components=main", "--include=" + ",".join(IMAGE_PACKAGES),
-               suite, str(part), MIRROR]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
+        with locked(path):  # one build per image, whoever asks first; the others wait and reuse it
+            if path.exists() and _is_tar(path):
+                return path
+            path.unlink(missing_ok=True)  # not a whole tar archive: a copy from an interrupted or broken run
+            part = path.with_name(f"{path.name}.{os.getpid()}.part")
             part.unlink(missing_ok=True)
-            raise LabError(f"mmdebstrap {suite} failed:\n{res.stderr[-3000:]}")
-        part.rename(path)  # atomic: an interrupted build never leaves a half image under the final name
-        return path
+            cmd = ["mmdebstrap", "--format=tar", "--variant=minbase", "--components=main",
+                   "--include=" + ",".join(IMAGE_PACKAGES), suite, str(part), MIRROR]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                part.unlink(missing_ok=True)
+                raise LabError(f"mmdebstrap {suite} failed:\n{res.stderr[-3000:]}")
+            os.replace(part, path)  # atomic: an interrupted build never leaves a half image under the final name
+            return path
 
     # -- keys -------------------------------------------------------------------------------------------
-    def ensure_key(self) -> None:
-        self.state.mkdir(parents=True, exist_ok=True)
-        if not self.key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "v100kit-lab", "-f", str(self.key)],
-                           check=True)
+    def prepare(self) -> None:
+        """Create the state and cache directories and the client key pair, once, before hosts start in parallel.
+
+        Safe to call from several threads or processes (it takes the state lock). A key pair that does not match
+        (a half-written pair from an interrupted run) is replaced."""
+        with locked(self.state / "client"):
+            for d in (self.state, self.state / "hosts", self.cache):
+                d.mkdir(parents=True, exist_ok=True)
+            if not self._key_pair_ok():
+                with tempfile.TemporaryDirectory(dir=self.state, prefix=".keygen.") as tmp:
+                    new = Path(tmp) / "id_ed25519"
+                    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "v100kit-lab", "-f",
+                                    str(new)], check=True, stdin=subprocess.DEVNULL)
+                    os.replace(str(new) + ".pub", str(self.key) + ".pub")  # public first: a key without its .pub
+                    os.replace(new, self.key)  # is caught by _key_pair_ok next time and made again
+            if not self.known_hosts.exists() or not self.ssh_config.exists():
+                self._write_client_config_locked()
+
+    # old name, kept for callers outside the harness
+    ensure_key = prepare
+
+    def _key_pair_ok(self) -> bool:
+        """The private key loads and its public half is the .pub beside it."""
+        pub = Path(str(self.key) + ".pub")
+        if not (self.key.is_file() and pub.is_file()):
+            return False
+        res = subprocess.run(["ssh-keygen", "-y", "-f", str(self.key)], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)
+        return res.returncode == 0 and res.stdout.split()[:2] == pub.read_text().split()[:2]
 
     def _write_client_config(self) -> None:
+        """Rewrite known_hosts and ssh_config from the hosts' keys (under the lock, atomically)."""
+        with locked(self.state / "client"):
+            self._write_client_config_locked()
+
+    def _write_client_config_locked(self) -> None:
         known, config = [], []
-        for s in HOSTS:
+        for s in self.hosts:
             pub = self.rootfs(s) / "etc/ssh/ssh_host_ed25519_key.pub"
             if not pub.exists():
                 continue
@@ -133,13 +220,13 @@ class Lab:
             config.append(f"Host {s.name}\n  HostName 127.0.0.1\n  Port {s.ssh_port}\n  User root\n"
                           f"  IdentityFile {self.key}\n  UserKnownHostsFile {self.known_hosts}\n"
                           f"  StrictHostKeyChecking yes\n")
-        self.known_hosts.write_text("\n".join(known) + "\n")
-        self.ssh_config.write_text("\n".join(config))
+        atomic_write(self.known_hosts, "\n".join(known) + "\n")
+        atomic_write(self.ssh_config, "\n".join(config))
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def create(self, s: HostSpec) -> None:
         """Lay out the host's root filesystem from the image and configure SSH (once per host)."""
-        self.ensure_key()
+        self.prepare()
         hdir, root = self.host_dir(s), self.rootfs(s)
         if (hdir / "created").exists():
             return
@@ -154,7 +241,7 @@ class Lab:
         for old in (root / "etc/ssh").glob("ssh_host_*"):
             old.unlink()
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", s.name,
-                        "-f", str(root / "etc/ssh/ssh_host_ed25519_key")], check=True)
+                        "-f", str(root / "etc/ssh/ssh_host_ed25519_key")], check=True, stdin=subprocess.DEVNULL)
         (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
         (root / "etc/ssh/sshd_config.d/10-lab.conf").write_text(
             f"Port {s.ssh_port}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
@@ -168,7 +255,7 @@ class Lab:
             link = root / "etc/systemd/system" / timer
             link.unlink(missing_ok=True)
             link.symlink_to("/dev/null")
-        (hdir / "created").write_text(time.strftime("%FT%T") + "\n")
+        atomic_write(hdir / "created", time.strftime("%FT%T") + "\n")
         self._write_client_config()
 
     def pid(self, s: HostSpec) -> int | None:
@@ -188,13 +275,18 @@ class Lab:
             apt_cache = self.cache / "apt" / s.suite
             (apt_cache / "partial").mkdir(parents=True, exist_ok=True)
             uv_cache = self.cache / "uv"  # wheels (vLLM, torch: GBs); uv checks every hash, venvs copy out of it
-            uv_cache.mkdir(parents=True, exist_ok=True)
+            # the llama.cpp role's compiler cache (CCACHE_DIR): a warm one turns the ~12 min CUDA build into
+            # seconds; ccache keys on the compiler and its inputs, so hosts of different suites share it safely
+            ccache = self.cache / "ccache"
+            for d in (uv_cache, ccache):
+                d.mkdir(parents=True, exist_ok=True)
             log = open(self.host_dir(s) / "console.log", "ab")
             proc = subprocess.Popen(
                 ["systemd-nspawn", "-D", str(self.rootfs(s)), "-b", "--register=no", "--keep-unit",
-                 "-M", s.name, f"--bind={apt_cache}:/var/cache/apt/archives", f"--bind={uv_cache}:/var/cache/v100kit/uv"],
+                 "-M", s.name, f"--bind={apt_cache}:/var/cache/apt/archives", f"--bind={uv_cache}:/var/cache/v100kit/uv",
+                 f"--bind={ccache}:/var/cache/v100kit/ccache"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            (self.host_dir(s) / "pid").write_text(f"{proc.pid}\n")
+            atomic_write(self.host_dir(s) / "pid", f"{proc.pid}\n")
             for _ in range(100):  # until the child has exec'd nspawn (its cmdline identifies it)
                 if self.pid(s) is not None or proc.poll() is not None:
                     break
@@ -279,19 +371,20 @@ class Lab:
         """Stop the host and delete its root filesystem (images and download caches are kept)."""
         self.stop(s)
         shutil.rmtree(self.host_dir(s), ignore_errors=True)
-        self._write_client_config()
+        if self.state.exists():  # nothing to rewrite in a lab that was never started
+            self._write_client_config()
 
     def status(self) -> list[dict]:
         """One dict per bundled host: name, suite, ssh_port, created, running, pid."""
         return [{"name": s.name, "suite": s.suite, "ssh_port": s.ssh_port,
                  "created": (self.host_dir(s) / "created").exists(), "running": self.pid(s) is not None,
-                 "pid": self.pid(s)} for s in HOSTS]
+                 "pid": self.pid(s)} for s in self.hosts]
 
     def pyinfra_hosts(self) -> dict[str, list[tuple[str, dict]]]:
         """Running hosts as pyinfra inventory groups: {group: [(name, host data), ...]}."""
         from lab.data import host_data  # the lab's settings need the toolkit's own modules
         groups: dict[str, list[tuple[str, dict]]] = {}
-        for s in HOSTS:
+        for s in self.hosts:
             if self.pid(s) is None:
                 continue
             data = {

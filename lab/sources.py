@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import urllib.request
 from pathlib import Path
 
-from lab.harness import LAB_CACHE
+from lab.harness import LAB_CACHE, locked
 from roles.llama_cpp import sha256_file as sha256_of
 from roles.llama_cpp.versions import DEFAULT_SOURCE
 
@@ -14,13 +15,15 @@ def llama_cpp_default_source(cache: Path = LAB_CACHE) -> Path:
     """The pinned default llama.cpp source archive (the llama-cpp-python sdist), checked against its sha256.
     Raises RuntimeError if the download does not match."""
     path = cache / "src" / Path(DEFAULT_SOURCE.url).name
-    if path.exists() and sha256_of(path) == DEFAULT_SOURCE.sha256:
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
-    urllib.request.urlretrieve(DEFAULT_SOURCE.url, part)
-    if sha256_of(part) != DEFAULT_SOURCE.sha256:
-        part.unlink()
-        raise RuntimeError(f"{DEFAULT_SOURCE.url}: sha256 differs from the pinned {DEFAULT_SOURCE.sha256}")
-    part.rename(path)
+    with locked(path):
+        if path.is_file() and sha256_of(path) == DEFAULT_SOURCE.sha256:
+            return path
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        try:
+            urllib.request.urlretrieve(DEFAULT_SOURCE.url, part)
+            if sha256_of(part) != DEFAULT_SOURCE.sha256:
+                raise RuntimeError(f"{DEFAULT_SOURCE.url}: sha256 differs from the pinned {DEFAULT_SOURCE.sha256}")
+            os.replace(part, path)  # a partial or wrong download never sits under the final name
+        finally:
+            part.unlink(missing_ok=True)
     return path

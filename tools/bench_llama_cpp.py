@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lab.harness import Lab, spec  # noqa: E402
 from lab.sources import llama_cpp_default_source, sha256_of  # noqa: E402
-from tests.lab.provision import deploy  # noqa: E402
+from lab.provision import deploy  # noqa: E402
 
 
 def variant(tmp: Path, name: str) -> Path:

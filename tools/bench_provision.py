@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lab.harness import HOSTS, Lab  # noqa: E402
-from tests.lab.provision import deploy  # noqa: E402
+from lab.provision import deploy  # noqa: E402
 
 
 def main() -> int:

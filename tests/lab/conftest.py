@@ -15,7 +15,7 @@ from roles.llama_cpp import LlamaCppPlan
 from roles.nvidia_driver import DriverPlan
 from roles.platform import SUPPORTED
 from roles.settings import Settings, load_settings
-from tests.lab.provision import Provision, provision
+from lab.provision import Provision, provision
 
 SUITE_PLATFORM = {"bookworm": "debian12", "trixie": "debian13"}
 
@@ -69,5 +69,7 @@ def pytest_terminal_summary(terminalreporter):
     for label, run in (("first deploy", p.first), ("second deploy", p.second)):
         per_host = ", ".join(f"{h} {n}" for h, n in sorted(run.changed.items())) or "none"
         tr.write_line(f"{label}: {run.seconds:.1f} s, rc {run.rc}, changed operations: {per_host}")
+        tr.write_line(f"  before the first operation (inventory, connect, facts): {run.prepare_seconds:.1f} s; "
+                      "slowest: " + ", ".join(f"{name} {sec:.0f} s" for name, sec in run.slowest(10)))
     for name, (old, new) in sorted(p.reboots.items()):
         tr.write_line(f"reboot {name}: boot_id {old} -> {new}")

@@ -8,7 +8,7 @@ import pytest
 
 from lab.data import host_data
 from lab.harness import HOSTS
-from tests.lab.provision import FRESH_ONLY, REUSED, deploy
+from lab.provision import FRESH_ONLY, REUSED, deploy
 
 
 def test_first_deploy_changed_every_host(provisioned):

@@ -9,7 +9,7 @@ import sys
 
 from lab.data import LLAMA_HOSTS, VLLM_HOSTS
 from lab.harness import HOSTS
-from tests.lab.provision import ROOT
+from lab.provision import ROOT
 from tests.lab.test_deploy import SNAPSHOT
 
 

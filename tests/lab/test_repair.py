@@ -13,7 +13,7 @@ import pytest
 from lab.harness import spec
 from roles.doctor.__main__ import run as doctor
 from roles.nvidia_driver import BLACKLIST, PREFERENCES
-from tests.lab.provision import FRESH_ONLY, REUSED, DeployRun, deploy
+from lab.provision import FRESH_ONLY, REUSED, DeployRun, deploy
 
 pytestmark = pytest.mark.disruptive
 

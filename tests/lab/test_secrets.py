@@ -10,7 +10,7 @@ import pytest
 
 from lab.data import VLLM_HOSTS, vllm_instance
 from lab.harness import HOSTS
-from tests.lab.provision import deploy
+from lab.provision import deploy
 from tests.lab.test_deploy import data_args
 
 SPEC = next(s for s in HOSTS if s.name == VLLM_HOSTS[0])

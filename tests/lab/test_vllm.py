@@ -20,7 +20,7 @@ from roles.doctor.__main__ import run as doctor
 from roles.planner import read_hf
 from roles.vllm import CURRENT, UV, UV_CACHE
 from roles.vllm.versions import DEFAULT_VERSION, LOCK_DIR, VLLM_RELEASES
-from tests.lab.provision import deploy
+from lab.provision import deploy
 from tests.lab.test_deploy import SNAPSHOT, data_args
 
 SPEC = next(s for s in HOSTS if s.name == VLLM_HOSTS[0])

@@ -14,8 +14,15 @@ TWO_V100 = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Ena
             "sys.version_info": ["3.12"]}
 
 
+@pytest.fixture(autouse=True)
+def _model_cache(tmp_path_factory):
+    """The tiny model is written under pytest's temporary directory, never into the lab cache."""
+    global MODEL
+    MODEL = tiny_hf_model(tmp_path_factory.getbasetemp() / "cache")
+
+
 def commands(instance: dict, responses: dict) -> list[str]:
-    data = {"vllm_instances": {"tiny": {"model_source": str(tiny_hf_model()), **instance}}}
+    data = {"vllm_instances": {"tiny": {"model_source": str(MODEL), **instance}}}
     return [str(c) for c in plan_commands(UBUNTU_2404, data, responses=responses)]
 
 

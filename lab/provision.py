@@ -1,11 +1,14 @@
-"""Provision the bundled lab hosts once and record what happened: used by the lab tests and by `make lab`."""
+"""Provision the bundled lab hosts once and record what happened: used by the lab tests, `make lab` and the
+benchmarks in tools/."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -13,9 +16,11 @@ from pathlib import Path
 
 from lab.harness import HOSTS, Lab, HostSpec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
 LOGS = ROOT / "build" / "lab-logs"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STARTING = re.compile(r"^--> Starting (?:[\w ]+ )?operation: (.*?)(?: \(.*\))?$")
 
 
 @dataclass
@@ -29,6 +34,14 @@ class DeployRun:
     errors: dict[str, int] = field(default_factory=dict)
     changed_ops: dict[str, list[str]] = field(default_factory=dict)  # host -> names of operations that changed
     stderr: str = ""
+    #: seconds from the start until pyinfra began running operations: inventory, connecting, facts, preparing
+    prepare_seconds: float = 0.0
+    #: (operation name, seconds until the next operation started), in run order, for all hosts together
+    op_seconds: list[tuple[str, float]] = field(default_factory=list)
+
+    def slowest(self, n: int = 8) -> list[tuple[str, float]]:
+        """The `n` operations that took longest, slowest first."""
+        return sorted(self.op_seconds, key=lambda x: -x[1])[:n]
 
 
 def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ...] = ("deploy.py",)) -> DeployRun:
@@ -36,12 +49,29 @@ def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ..
     is kept under build/lab-logs/<label>.log."""
     LOGS.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    res = subprocess.run([PYINFRA, "-y", "--json", *(extra_args or []), "inventory/lab.py", *files],
-                         cwd=ROOT, capture_output=True, text=True)
-    run = DeployRun(res.returncode, time.monotonic() - t0, stderr=res.stderr)
-    (LOGS / f"{label}.log").write_text(res.stderr + "\n" + res.stdout)
+    proc = subprocess.Popen([PYINFRA, "-y", "--json", *(extra_args or []), "inventory/lab.py", *files],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stamped: list[tuple[float, str]] = []  # stderr lines with the time they arrived: where the deploy's time goes
+
+    def read_stderr() -> None:
+        for line in proc.stderr:
+            stamped.append((time.monotonic() - t0, line))
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    stdout = proc.stdout.read()
+    proc.wait()
+    reader.join()
+    stderr = "".join(line for _, line in stamped)
+    run = DeployRun(proc.returncode, time.monotonic() - t0, stderr=stderr)
+    starts = [(t, m.group(1)) for t, line in stamped if (m := _STARTING.match(_ANSI.sub("", line).strip()))]
+    if starts:
+        run.prepare_seconds = starts[0][0]
+        ends = [t for t, _ in starts[1:]] + [run.seconds]
+        run.op_seconds = [(name, end - t) for (t, name), end in zip(starts, ends)]
+    (LOGS / f"{label}.log").write_text(stderr + "\n" + stdout)
     try:
-        results = json.loads(res.stdout)["results"]["operations"]
+        results = json.loads(stdout)["results"]["operations"]
     except (ValueError, KeyError, TypeError):
         return run
     for op in results:
@@ -72,6 +102,7 @@ def provision(hosts: tuple[HostSpec, ...] = HOSTS, reboot: bool = True) -> Provi
     checks see what survives a reboot. V100KIT_LAB_REUSE=1 keeps existing hosts (faster, for development)."""
     lab = Lab()
     t0 = time.monotonic()
+    lab.prepare()  # state and cache directories, client key: once, before the hosts start side by side
     if os.environ.get("V100KIT_LAB_REUSE") != "1":
         for s in hosts:
             lab.destroy(s)
