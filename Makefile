@@ -19,4 +19,4 @@ test-fast: setup
 	.venv/bin/python -m pytest -m "not lab" -q
 
 clean-lab:
-	.venv/bin/python -m lab destroy
+	.venv/bin/v100kit lab destroy

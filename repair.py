@@ -6,7 +6,7 @@
 repair.py removes what the roles cannot converge on their own (half-installed packages, a runfile driver, other
 driver branches); deploy.py then reinstalls, re-holds and re-pins the driver, rebuilds DKMS for every installed
 kernel, restores the nouveau blacklist in every initramfs and re-enables nvidia-persistenced. Models, venvs and
-llama.cpp builds are never touched. `python -m roles.doctor INVENTORY` says what is broken, before and after.
+llama.cpp builds are never touched. `v100kit doctor INVENTORY` says what is broken, before and after.
 """
 
 from pyinfra import host

@@ -1,4 +1,4 @@
-"""pyinfra inventory of the running bundled lab hosts (start them with `python -m lab up`).
+"""pyinfra inventory of the running bundled lab hosts (start them with `v100kit lab up`).
 
 Groups are named by OS so that group_data/debian12.py and group_data/debian13.py apply.
 """

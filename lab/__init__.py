@@ -2,5 +2,5 @@
 
 `lab.harness.Lab` builds root filesystems with mmdebstrap (cached), boots hosts, reboots them (boot_id
 changes), stops them by the PID it started, and destroys them. `inventory/lab.py` exposes the running
-hosts to pyinfra; `python -m lab` is the command line.
+hosts to pyinfra; `v100kit lab` (lab/cli.py) is the command line.
 """

@@ -1,6 +1,6 @@
 """Lab hosts: Debian root filesystems booted with systemd as PID 1 under systemd-nspawn.
 
-What works on this kind of machine (see shared/reference/lab.md): the host is not booted with systemd, so
+What works on this kind of machine (docs/lab.md §Machine): the host is not booted with systemd, so
 `machinectl` is unavailable and the harness tracks the nspawn process by the PID it started. Containers share
 the host network, so each lab host's sshd listens on its own loopback port with key-only root login; the key
 and the host keys are generated at run time under the lab state directory, never in the repository.

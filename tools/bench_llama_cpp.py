@@ -15,11 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.harness import Lab, spec  # noqa: E402
-from lab.sources import llama_cpp_default_source, sha256_of  # noqa: E402
-from lab.provision import deploy  # noqa: E402
+from lab.harness import Lab, spec
+from lab.sources import llama_cpp_default_source, sha256_of
+from lab.provision import deploy
 
 
 def variant(tmp: Path, name: str) -> Path:

@@ -15,10 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.harness import HOSTS, Lab  # noqa: E402
-from lab.provision import deploy  # noqa: E402
+from lab.harness import HOSTS, Lab
+from lab.provision import deploy
 
 
 def main() -> int:

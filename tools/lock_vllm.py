@@ -17,8 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from roles.vllm.versions import LOCK_DIR, TORCH_SM70, UV_VERSION, VLLM_RELEASES, VllmRelease  # noqa: E402
+from roles.vllm.versions import LOCK_DIR, TORCH_SM70, UV_VERSION, VLLM_RELEASES, VllmRelease
 
 INDEX = "https://pypi.org/simple"
 

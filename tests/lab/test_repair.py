@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab.harness import spec
-from roles.doctor.__main__ import run as doctor
+from v100kit.doctor import diagnose_all as doctor
 from roles.nvidia_driver import BLACKLIST, PREFERENCES
 from lab.provision import FRESH_ONLY, REUSED, DeployRun, deploy
 

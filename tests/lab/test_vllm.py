@@ -16,7 +16,7 @@ import testinfra
 from lab.data import VLLM_HOSTS, host_data, vllm_instance
 from lab.harness import HOSTS
 from lab.models import write_tiny_hf
-from roles.doctor.__main__ import run as doctor
+from v100kit.doctor import diagnose_all as doctor
 from roles.planner import read_hf
 from roles.vllm import CURRENT, UV, UV_CACHE
 from roles.vllm.versions import DEFAULT_VERSION, LOCK_DIR, VLLM_RELEASES

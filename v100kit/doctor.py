@@ -1,4 +1,4 @@
-"""python -m roles.doctor INVENTORY [--json] [--limit HOST ...]: diagnose hosts, change nothing.
+"""v100kit doctor INVENTORY [--json] [--limit HOST ...]: diagnose hosts, change nothing.
 
 Exit status: 0 when every check is ok or skipped, 1 when any is broken, 2 when a host cannot be diagnosed."""
 
@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from roles.doctor import Row, as_dict, diagnose
-from roles.hosts import for_each_host
+from v100kit.hosts import for_each_host
 
 
-def run(inventory_file: str, limit: list[str] | None = None) -> dict[str, list[Row] | str]:
+def diagnose_all(inventory_file: str, limit: list[str] | None = None) -> dict[str, list[Row] | str]:
     """{host name: doctor rows, or the error string when the host could not be diagnosed}."""
     return for_each_host(inventory_file, limit, diagnose)
 
@@ -32,13 +31,14 @@ def table(results: dict[str, list[Row] | str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m roles.doctor", description=__doc__)
-    p.add_argument("inventory")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--limit", action="append")
-    args = p.parse_args(argv)
-    results = run(args.inventory, args.limit)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from v100kit.cli import inventory_arguments
+    inventory_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the rows (table or JSON); exit status 0 all ok or skipped, 1 any broken, 2 a host not diagnosed."""
+    results = diagnose_all(args.inventory, args.limit)
     if args.json:
         print(json.dumps({h: r if isinstance(r, str) else as_dict(r) for h, r in results.items()}, indent=2))
     else:
@@ -46,7 +46,3 @@ def main(argv: list[str] | None = None) -> int:
     if any(isinstance(r, str) for r in results.values()):
         return 2
     return 1 if any(row.state == "broken" for rows in results.values() for row in rows) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

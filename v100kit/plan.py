@@ -1,4 +1,4 @@
-"""python -m roles.plan INVENTORY [--json] [--limit HOST ...]: what each host would get, changing nothing.
+"""v100kit plan INVENTORY [--json] [--limit HOST ...]: what each host would get, changing nothing.
 
 Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build, the vLLM release and venv, and per
 llama-server@NAME / vllm@NAME instance the planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from roles.hosts import for_each_host
+from v100kit.hosts import for_each_host
 from roles.preflight import HostPlan
 
 MiB = 1 << 20
@@ -77,16 +76,13 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m roles.plan", description=__doc__)
-    p.add_argument("inventory")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--limit", action="append")
-    args = p.parse_args(argv)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from v100kit.cli import inventory_arguments
+    inventory_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the plans (table or JSON); 1 when any host is refused or unreachable."""
     results = for_each_host(args.inventory, args.limit, summarize)
     print(json.dumps(results, indent=2) if args.json else table(results))
     return 1 if any(isinstance(r, str) for r in results.values()) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

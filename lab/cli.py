@@ -1,4 +1,9 @@
-"""Command line for the lab: python -m lab {up,list,reboot,stop,destroy,ssh-config} [HOST ...]."""
+"""v100kit lab {up,list,reboot,stop,destroy,ssh-config} [HOST ...]: the bundled lab hosts.
+
+up builds (or reuses) each host's image and root filesystem and boots it; list prints their state as JSON;
+reboot reboots from inside and checks the boot_id changed; stop powers off; destroy also deletes the root
+filesystem (images and download caches stay); ssh-config prints the path of the client ssh_config.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from lab.harness import HOSTS, Lab, LabError, spec
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["up", "list", "reboot", "stop", "destroy", "ssh-config"])
     p.add_argument("hosts", nargs="*", help="lab host names (default: all bundled hosts)")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out args.action on args.hosts; 1 (with the reason on stderr) when the lab fails."""
     lab = Lab()
     try:
         specs = [spec(n) for n in args.hosts] or list(HOSTS)
@@ -23,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "ssh-config":
             print(lab.ssh_config)
         elif args.action == "up":
-            # images and hosts of different suites are independent: build and boot them side by side
+            lab.prepare()  # state, caches and the client key once, before the hosts start side by side
             with ThreadPoolExecutor(len(specs)) as pool:
                 for s, boot_id in zip(specs, pool.map(lab.up, specs)):
                     print(f"{s.name}: up, ssh -F {lab.ssh_config} {s.name}, boot_id {boot_id}")
@@ -43,7 +50,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lab: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

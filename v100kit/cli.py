@@ -1,0 +1,46 @@
+"""The `v100kit` command: `v100kit plan|doctor INVENTORY [--json] [--limit HOST]` and `v100kit lab ACTION`.
+
+Every subcommand is a module with `add_arguments(parser)` and `run(args) -> exit status`; the skeleton here gives
+the commands that read an inventory the same arguments and the same error handling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand -> (module, one-line help)
+COMMANDS = {
+    "plan": ("v100kit.plan", "what each host would get (driver, CUDA, builds, memory plans); changes nothing"),
+    "doctor": ("v100kit.doctor", "diagnose hosts against their pinned state; changes nothing"),
+    "lab": ("lab.cli", "build, boot, reboot, stop or destroy the bundled lab hosts"),
+}
+
+
+def inventory_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of every command that reads an inventory: INVENTORY, --json, --limit HOST (repeatable)."""
+    parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventory/lab.py")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--limit", action="append", metavar="HOST", help="only this host (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="v100kit", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=help_, description=mod.__doc__)
+        mod.add_arguments(p)
+        p.set_defaults(run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse `argv` (default: sys.argv[1:]) and run the subcommand; returns its exit status."""
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
