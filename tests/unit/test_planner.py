@@ -1,4 +1,4 @@
-"""The VRAM / KV-cache planner (issue 6): model metadata readers and the fit arithmetic.
+"""The VRAM / KV-cache planner (roles/planner): model metadata readers and the fit arithmetic.
 
 Model shapes come from real files the tests write (GGUF through gguf.GGUFWriter, safetensors by hand); files of
 several GB cannot be written, so the stated weight sizes are then put on the shape that was read back
@@ -245,7 +245,7 @@ def test_kv_bytes_per_token_refuses_unknown_types_and_partial_blocks():
     assert kv_bytes_per_token(32, 1, 80, "f16") == 2 * 32 * 80 * 2
 
 
-# -- llama.cpp cases (issue 6) ------------------------------------------------------------------------------
+# -- llama.cpp cases: stated quant sizes put on real shapes, on a 16 GB V100 (docs/volta.md §6) ------------
 
 
 def _plan_27b(model: GgufModel, weight_bytes: float, context: int = 8192) -> Plan:
@@ -329,7 +329,7 @@ def test_llama_cpp_refuses_bad_arguments(shape_7b: GgufModel):
         plan_llama_cpp(model, V100_16GB_MIB, 1, 8192, "f8", "f16", 1, USABLE)
 
 
-# -- vLLM cases (issue 6) -----------------------------------------------------------------------------------
+# -- vLLM cases: a 14B-class fp16 model on 32 GB V100s, sized as vLLM sizes its KV cache --------------------
 
 
 def _14b(shape: HfModel) -> HfModel:
