@@ -8,7 +8,9 @@ import argparse
 import json
 import sys
 
-from roles.doctor import Row, as_dict, diagnose
+from roles.doctor import diagnose
+from roles.doctor.checks import Row, as_dict
+from roles.doctor.gather import gather  # noqa: F401  (loaded before hosts are diagnosed: diagnose imports it)
 from roles.hosts import for_each_host
 
 
