@@ -66,7 +66,8 @@ def plan(settings: Settings, platform: Platform, installed: dict) -> tuple[Drive
 
 def open_module_refused(settings: Settings) -> list[str]:
     """The open kernel module needs GSP, compute capability >= 7.5 (docs/volta.md §1): refused below."""
-    if settings.nvidia_driver_kernel_module == "open" and compute_capability(settings) < OPEN_MODULE_MIN_COMPUTE_CAPABILITY:
+    cc = compute_capability(settings)
+    if settings.nvidia_driver_kernel_module == "open" and cc < OPEN_MODULE_MIN_COMPUTE_CAPABILITY:
         return [problem(
             "nvidia_driver_kernel_module", "open",
             f"open kernel modules need GSP, compute capability >= 7.5; these GPUs are {settings.gpu_compute_capability}"
