@@ -8,8 +8,12 @@ Settings: roles/settings.py (every key, default and meaning; listed in README.md
 
 from pyinfra import host
 
-from roles import base, cuda, llama_cpp, nvidia_driver, tuning, vllm
+from roles import llama_cpp, vllm
+from roles.base import deploy as base
+from roles.cuda import deploy as cuda
+from roles.nvidia_driver import deploy as nvidia_driver
 from roles.preflight import preflight
+from roles.tuning import deploy as tuning
 
 # 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver,
 #    the vLLM release vs the host Python, each model vs the GPUs: quantization, dtype, VRAM and KV cache)

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from pyinfra.api import FactBase
 
 
-class HostTraits(FactBase):
+class Traits(TypedDict):
+    """What HostTraits reports: see its docstring for each key."""
+
+    virt: str
+    kernel: str
+    sysctl_writable: bool
+    thp_writable: bool
+    modules_loadable: bool
+    nouveau_loaded: bool
+    thp_mode: str
+
+
+class HostTraits(FactBase[Traits]):
     """What the host allows, read without changing anything.
 
-    Returns a dict:
+    Returns a Traits dict:
         virt: container type from `systemd-detect-virt --container` ('none' on bare metal or a VM),
         kernel: `uname -r`,
         sysctl_writable: /proc/sys accepts writes (False in containers: read-only /proc/sys),
@@ -29,25 +43,25 @@ class HostTraits(FactBase):
             "echo thp_mode=$(sed 's/.*\\[\\(.*\\)\\].*/\\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
         )
 
-    def process(self, output: list[str]) -> dict:
+    def process(self, output: list[str]) -> Traits:
         raw = dict(line.split("=", 1) for line in output if "=" in line)
         virt = raw.get("virt", "none") or "none"
-        return {
-            "virt": virt,
-            "kernel": raw.get("kernel", ""),
-            "sysctl_writable": raw.get("sysctl_writable") == "1",
-            "thp_writable": raw.get("thp_writable") == "1",
-            "modules_loadable": virt == "none" and raw.get("modules_dir") == "1",
-            "nouveau_loaded": raw.get("nouveau_loaded") == "1",
-            "thp_mode": raw.get("thp_mode", ""),
-        }
+        return Traits(
+            virt=virt,
+            kernel=raw.get("kernel", ""),
+            sysctl_writable=raw.get("sysctl_writable") == "1",
+            thp_writable=raw.get("thp_writable") == "1",
+            modules_loadable=virt == "none" and raw.get("modules_dir") == "1",
+            nouveau_loaded=raw.get("nouveau_loaded") == "1",
+            thp_mode=raw.get("thp_mode", ""),
+        )
 
 
 SOURCES_GLOB = "/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources"
 SOURCES_STAMP = "/var/lib/apt/lists/v100kit-sources.sha256"
 
 
-class AptSourcesChanged(FactBase):
+class AptSourcesChanged(FactBase[bool]):
     """True when the apt sources differ from those of the last `apt-get update` run by this toolkit.
 
     Compares a sha256 of every sources file with the stamp written after that update, so it is True after a source
@@ -63,7 +77,7 @@ class AptSourcesChanged(FactBase):
         return output[-1].strip() != "same"
 
 
-class AptHolds(FactBase):
+class AptHolds(FactBase[list[str]]):
     """Packages marked hold (`apt-mark showhold`), as a sorted list of names."""
 
     default = list
@@ -75,7 +89,7 @@ class AptHolds(FactBase):
         return sorted(line.split(":")[0].strip() for line in output if line.strip())
 
 
-class PackageInstalled(FactBase):
+class PackageInstalled(FactBase[bool]):
     """True when `package` is installed and configured (dpkg status 'ii'; a removed package whose configuration
     files remain, 'rc', is not)."""
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyinfra import logger
 from pyinfra.api.host import Host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
 from pyinfra.facts.server import OsRelease, Sysctl, Users
 
-from roles import base, cuda, llama_cpp, nvidia_driver, tuning, vllm
+from roles import llama_cpp, vllm
+from roles.base import decide as base
+from roles.cuda import decide as cuda
 from roles.cuda.versions import Toolkit
+from roles.nvidia_driver import decide as nvidia_driver
 from roles.nvidia_driver.facts import NvidiaGpus
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
+from roles.tuning import decide as tuning
 from roles.tuning.facts import FreeBytes, SwapHeaderSize
 from roles.vllm.facts import HfModelDir, PythonVersion
 
@@ -44,6 +49,8 @@ def preflight(host: Host) -> HostPlan:
     problems += more
     toolkits, more = cuda.plan(settings, platform, driver.pin if driver else None)
     problems += more
+    for line in cuda.minor_compat_warnings(settings, platform, driver.pin if driver else None):
+        logger.warning(f"[{host.name}] cuda: {line}")
     gpus = host.get_fact(NvidiaGpus)
     llama, more = llama_cpp.plan(settings, toolkits, gpus, lambda path: bool(host.get_fact(File, path=path)))
     problems += more

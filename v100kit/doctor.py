@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from roles.doctor import Row, as_dict, diagnose
+from roles.doctor import diagnose
+from roles.doctor.checks import Row, as_dict
+from roles.doctor.gather import gather  # noqa: F401  (loaded before hosts are diagnosed: diagnose imports it)
 from v100kit.hosts import for_each_host
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from roles.volta import version_tuple
+
 #: Fingerprint of NVIDIA's CUDA repository signing key (3bf863cc.pub, in use since the 2022 key rotation;
 #: NVIDIA "CUDA Linux repository key rotation" notice; M). The key is verified against it before apt trusts it.
 NVIDIA_REPO_KEY_FINGERPRINT = "EB693B3035CD5710E231E123A4B469963BF863CC"
@@ -25,7 +27,7 @@ class Toolkit:
     """One installable CUDA toolkit: `version` ('12.4'), `source`, `packages` {apt name: exact version},
     `nvcc` (absolute path of its compiler), `home` (CUDA_HOME, None for Debian's split layout) and
     `host_compiler`, the g++ package nvcc accepts on that OS (nvcc refuses newer host compilers: CUDA 11.7/11.8
-    need gcc <= 11, CUDA 12.4 gcc <= 13; CUDA install guides, H)."""
+    need gcc <= 11, CUDA 12.4 gcc <= 13; CUDA install guides, H; docs/volta.md §2)."""
 
     version: str
     source: str
@@ -36,7 +38,7 @@ class Toolkit:
 
     @property
     def major(self) -> int:
-        return int(self.version.split(".")[0])
+        return version_tuple(self.version)[0]
 
 
 def _nvidia(version: str, package_version: str, host_compiler: str) -> Toolkit:

@@ -4,8 +4,18 @@
 from __future__ import annotations
 
 import re
+from typing import TypedDict
 
 from pyinfra.api import FactBase
+
+
+class XidEvent(TypedDict):
+    """One Xid line of the kernel log: the GPU's PCI address, the Xid code and the rest of the message."""
+
+    pci: str
+    xid: int
+    text: str
+
 
 def module_version_from_proc(text: str) -> str | None:
     """The kernel module version from /proc/driver/nvidia/version, e.g.
@@ -14,18 +24,18 @@ def module_version_from_proc(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def xid_events(lines: list[str]) -> list[dict]:
+def xid_events(lines: list[str]) -> list[XidEvent]:
     """Xid events from kernel log lines: 'NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.'
     -> [{'pci': '0000:3b:00', 'xid': 79, 'text': '...'}]."""
-    events = []
+    events: list[XidEvent] = []
     for line in lines:
         m = re.search(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+),?\s*(.*)", line)
         if m:
-            events.append({"pci": m.group(1), "xid": int(m.group(2)), "text": m.group(3).strip()})
+            events.append(XidEvent(pci=m.group(1), xid=int(m.group(2)), text=m.group(3).strip()))
     return events
 
 
-class DpkgAudit(FactBase):
+class DpkgAudit(FactBase[list[str]]):
     """`dpkg --audit`: lines describing half-installed or half-configured packages ([] when clean)."""
 
     default = list
@@ -37,7 +47,7 @@ class DpkgAudit(FactBase):
         return [line for line in output if line.strip()]
 
 
-class NvidiaProcVersion(FactBase):
+class NvidiaProcVersion(FactBase[str | None]):
     """The loaded module's version from /proc/driver/nvidia/version, None when no module is loaded."""
 
     def command(self) -> str:
@@ -47,7 +57,7 @@ class NvidiaProcVersion(FactBase):
         return module_version_from_proc("\n".join(output))
 
 
-class KernelXid(FactBase):
+class KernelXid(FactBase[list[XidEvent]]):
     """Xid events in this boot's kernel log (journalctl -k, else dmesg): see xid_events."""
 
     default = list
@@ -55,11 +65,11 @@ class KernelXid(FactBase):
     def command(self) -> str:
         return "(journalctl -k -b --no-pager 2>/dev/null || dmesg 2>/dev/null) | grep 'NVRM: Xid' || true"
 
-    def process(self, output: list[str]) -> list[dict]:
+    def process(self, output: list[str]) -> list[XidEvent]:
         return xid_events(output)
 
 
-class PendingUpgrades(FactBase):
+class PendingUpgrades(FactBase[dict[str, tuple[str, str]]]):
     """Packages `apt-get upgrade` would change now (simulated, no lock): {name: (installed, candidate)}."""
 
     default = dict
@@ -68,7 +78,7 @@ class PendingUpgrades(FactBase):
         return "apt-get -s -o Debug::NoLocking=1 upgrade 2>/dev/null | grep '^Inst ' || true"
 
     def process(self, output: list[str]) -> dict[str, tuple[str, str]]:
-        pending = {}
+        pending: dict[str, tuple[str, str]] = {}
         for line in output:
             m = re.match(r"Inst (\S+) \[([^\]]+)\] \((\S+)", line)
             if m:
@@ -76,7 +86,7 @@ class PendingUpgrades(FactBase):
         return pending
 
 
-class UnattendedNotBlocked(FactBase):
+class UnattendedNotBlocked(FactBase[list[str] | None]):
     """Of `packages`, those unattended-upgrades would still touch, asked with its own matcher and apt's merged
     configuration; None when unattended-upgrades is not installed."""
 
@@ -100,7 +110,7 @@ class UnattendedNotBlocked(FactBase):
 RUNFILE_UNINSTALLER = "/usr/bin/nvidia-uninstall"
 
 
-class RunfileMarkers(FactBase):
+class RunfileMarkers(FactBase[list[str]]):
     """Traces of an installed NVIDIA .run driver (its uninstaller stays until it is run), which must not mix
     with packages: a list of the paths found."""
 
@@ -113,7 +123,7 @@ class RunfileMarkers(FactBase):
         return [line.strip() for line in output if line.strip()]
 
 
-class ModprobeConfig(FactBase):
+class ModprobeConfig(FactBase[list[str]]):
     """`modprobe --showconfig` lines about nouveau (blacklist and options) in effect."""
 
     default = list
@@ -125,7 +135,7 @@ class ModprobeConfig(FactBase):
         return [line.strip() for line in output if line.strip()]
 
 
-class NvccRelease(FactBase):
+class NvccRelease(FactBase[str | None]):
     """The 'release X.Y' that an nvcc binary reports, None when it is missing."""
 
     def command(self, nvcc: str) -> str:

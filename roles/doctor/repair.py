@@ -8,7 +8,8 @@ from pyinfra.api import deploy, operation
 
 from roles.doctor.facts import RUNFILE_UNINSTALLER, DpkgAudit, RunfileMarkers
 from roles.facts import AptHolds
-from roles.nvidia_driver.facts import DriverPackages, split_driver_packages
+from roles.nvidia_driver.decide import split_driver_packages
+from roles.nvidia_driver.facts import DriverPackages
 from roles.nvidia_driver.versions import DriverPin
 
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import TypedDict
 
 from pyinfra.api import FactBase
 
@@ -10,50 +11,62 @@ from pyinfra.api import FactBase
 DRIVER_SOURCE_RE = re.compile(r"^(nvidia-graphics-drivers.*|nvidia-persistenced|nvidia-modprobe|nvidia-settings)$")
 
 
-def upstream(version: str) -> str:
-    """The upstream part of a Debian version: '1:550.163.01-2' -> '550.163.01'."""
-    return version.split(":")[-1].rsplit("-", 1)[0]
+class GpuInfo(TypedDict):
+    """One GPU as nvidia-smi reports it: compute_cap '7.0', memory_mib total VRAM in MiB, driver_version
+    '535.261.03'."""
+
+    index: int
+    name: str
+    compute_cap: str
+    memory_mib: int
+    persistence_mode: bool
+    driver_version: str
 
 
-def split_driver_packages(pkgs: dict[str, dict], pin_packages: dict[str, str], pin_version: str):
-    """Split installed driver packages (DriverPackages) into (ours, others).
+class DkmsRow(TypedDict):
+    """One line of `dkms status`: kernel is None for a module only added, state e.g. 'installed', 'built'."""
 
-    Ours: the pin's packages, and packages of the driver's own source at the pinned version (dependencies that
-    NVIDIA's and Ubuntu's metapackages pull in). Others: any other version of a driver source: another branch."""
-    ours, others = {}, {}
-    for name, p in pkgs.items():
-        same = name in pin_packages or (p["source"].startswith("nvidia-graphics-drivers")
-                                        and upstream(p["version"]) == pin_version)
-        (ours if same else others)[name] = p
-    return ours, others
+    module: str
+    version: str
+    kernel: str | None
+    state: str
 
 
+class DriverPackage(TypedDict):
+    """One installed driver package: its Debian version, source package and dpkg status abbreviation ('ii')."""
+
+    version: str
+    source: str
+    status: str
 
 
-class NvidiaGpus(FactBase):
-    """GPUs as the loaded driver sees them (`nvidia-smi --query-gpu`); [] without a driver or GPU.
+class NvidiaGpus(FactBase[list[GpuInfo]]):
+    """GPUs as the loaded driver sees them (`nvidia-smi --query-gpu`); [] without a driver, a GPU or nvidia-smi.
 
-    Each entry: {'index': int, 'name': str, 'compute_cap': str ('7.0'), 'memory_mib': int,
+    Each entry: a GpuInfo {'index': int, 'name': str, 'compute_cap': str ('7.0'), 'memory_mib': int,
     'persistence_mode': bool, 'driver_version': str}.
     """
 
     default = list
 
+    def requires_command(self) -> str:
+        return "nvidia-smi"
+
     def command(self) -> str:
         return ("nvidia-smi --query-gpu=index,name,compute_cap,memory.total,persistence_mode,driver_version "
                 "--format=csv,noheader,nounits 2>/dev/null || true")
 
-    def process(self, output: list[str]) -> list[dict]:
-        gpus = []
+    def process(self, output: list[str]) -> list[GpuInfo]:
+        gpus: list[GpuInfo] = []
         for line in output:
             f = [x.strip() for x in line.split(",")]
             if len(f) == 6 and f[0].isdigit():
-                gpus.append({"index": int(f[0]), "name": f[1], "compute_cap": f[2], "memory_mib": int(float(f[3])),
-                             "persistence_mode": f[4] == "Enabled", "driver_version": f[5]})
+                gpus.append(GpuInfo(index=int(f[0]), name=f[1], compute_cap=f[2], memory_mib=int(float(f[3])),
+                                    persistence_mode=f[4] == "Enabled", driver_version=f[5]))
         return gpus
 
 
-class LoadedNvidiaModule(FactBase):
+class LoadedNvidiaModule(FactBase[str | None]):
     """Version of the loaded nvidia kernel module (/sys/module/nvidia/version), or None when not loaded."""
 
     def command(self) -> str:
@@ -63,7 +76,7 @@ class LoadedNvidiaModule(FactBase):
         return output[0].strip() if output and output[0].strip() else None
 
 
-class InstalledKernels(FactBase):
+class InstalledKernels(FactBase[dict[str, bool]]):
     """Kernels installed on the host: {version: headers installed (bool)}, from /boot/vmlinuz-* and
     /usr/src/linux-headers-<version> (or /lib/modules/<version>/build)."""
 
@@ -78,16 +91,20 @@ class InstalledKernels(FactBase):
         return {line.split()[0]: line.split()[1] == "1" for line in output if len(line.split()) == 2}
 
 
-class DkmsStatus(FactBase):
-    """`dkms status` as a list of {'module', 'version', 'kernel' (None if only added), 'state'}."""
+class DkmsStatus(FactBase[list[DkmsRow]]):
+    """`dkms status` as a list of DkmsRow {'module', 'version', 'kernel' (None if only added), 'state'}; [] without
+    dkms."""
 
     default = list
+
+    def requires_command(self) -> str:
+        return "dkms"
 
     def command(self) -> str:
         return "dkms status 2>/dev/null || true"
 
-    def process(self, output: list[str]) -> list[dict]:
-        rows = []
+    def process(self, output: list[str]) -> list[DkmsRow]:
+        rows: list[DkmsRow] = []
         for line in output:
             if ":" not in line:
                 continue
@@ -96,12 +113,12 @@ class DkmsStatus(FactBase):
             module, _, version = parts[0].partition("/")
             if not version and len(parts) > 1:  # old format: "module, version, kernel, arch"
                 version = parts.pop(1)
-            rows.append({"module": module, "version": version,
-                         "kernel": parts[1] if len(parts) > 1 else None, "state": state.strip().split()[0]})
+            rows.append(DkmsRow(module=module, version=version, kernel=parts[1] if len(parts) > 1 else None,
+                                state=state.strip().split()[0]))
         return rows
 
 
-class InitramfsLacking(FactBase):
+class InitramfsLacking(FactBase[list[str]]):
     """Installed kernels (/boot/vmlinuz-<version>) whose initramfs (/boot/initrd.img-<version>) does not contain
     `path`: a list of kernel versions. Backups such as initrd.img-*.dpkg-bak are not looked at."""
 
@@ -116,18 +133,28 @@ class InitramfsLacking(FactBase):
         return [line.strip() for line in output if line.strip()]
 
 
-class DriverPackages(FactBase):
-    """Installed packages built from NVIDIA driver sources: {name: {'version', 'source', 'status'}}."""
+class DriverPackages(FactBase[dict[str, DriverPackage]]):
+    """Installed packages built from NVIDIA driver sources: {name: DriverPackage {'version', 'source', 'status'}}."""
 
     default = dict
 
     def command(self) -> str:
         return "dpkg-query -W -f '${Package}\\t${Version}\\t${source:Package}\\t${db:Status-Abbrev}\\n'"
 
-    def process(self, output: list[str]) -> dict[str, dict]:
-        pkgs = {}
+    def process(self, output: list[str]) -> dict[str, DriverPackage]:
+        pkgs: dict[str, DriverPackage] = {}
         for line in output:
             parts = line.split("\t")
             if len(parts) == 4 and DRIVER_SOURCE_RE.match(parts[2]) and parts[3].strip() not in ("un", "rc"):
-                pkgs[parts[0]] = {"version": parts[1], "source": parts[2], "status": parts[3].strip()}
+                pkgs[parts[0]] = DriverPackage(version=parts[1], source=parts[2], status=parts[3].strip())
         return pkgs
+
+
+class BootId(FactBase[str]):
+    """This boot's id (/proc/sys/kernel/random/boot_id): it changes at every boot."""
+
+    def command(self) -> str:
+        return "cat /proc/sys/kernel/random/boot_id"
+
+    def process(self, output: list[str]) -> str:
+        return output[0].strip() if output else ""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from roles.volta import driver_branch
+
 
 @dataclass(frozen=True)
 class DriverPin:
@@ -25,7 +27,7 @@ class DriverPin:
 
     @property
     def branch(self) -> int:
-        return int(self.version.split(".")[0])
+        return driver_branch(self.version)
 
 
 def _debian(version: str, revision: str, extra: dict[str, str]) -> DriverPin:
@@ -45,7 +47,7 @@ def _ubuntu_server(version: str, branch: int, revision: str) -> DriverPin:
 
 
 def _nvidia_repo(version: str, family: str) -> DriverPin:
-    branch = int(version.split(".")[0])
+    branch = driver_branch(version)
     # cuda-drivers-<branch> is the proprietary-module metapackage; the DKMS package is named explicitly so
     # that apt can never satisfy it with an -open module (NVIDIA's default from 560 on).
     dkms = "nvidia-kernel-dkms" if family == "debian" else f"nvidia-dkms-{branch}"
@@ -59,7 +61,8 @@ DRIVER_PINS: dict[tuple[str, str], tuple[DriverPin, ...]] = {
                                     "nvidia-modprobe": "535.161.07-1~deb12u1"}),),
     ("debian13", "distro"): (
         _debian("550.163.01", "2", {"nvidia-persistenced": "550.163.01-1", "nvidia-modprobe": "570.133.07-1"}),),
-    # R580 is the default on Ubuntu: the last branch with Volta, LTSB until 2028-08 (R535 ended 2026-06).
+    # R580 is the default on Ubuntu: the last branch with Volta, LTSB until 2028-08 (R535 ended 2026-06;
+    # docs/volta.md §1).
     ("ubuntu2204", "distro"): (_ubuntu_server("580.95.05", 580, "0ubuntu0.22.04.1"),
                                _ubuntu_server("535.274.02", 535, "0ubuntu0.22.04.1")),
     ("ubuntu2404", "distro"): (_ubuntu_server("580.95.05", 580, "0ubuntu0.24.04.1"),

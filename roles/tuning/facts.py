@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 
 
-class ActiveSwaps(FactBase):
+class ActiveSwaps(FactBase[dict[str, int]]):
     """Active swap areas from /proc/swaps: {path: size in bytes}."""
 
     default = dict
@@ -22,7 +22,7 @@ class ActiveSwaps(FactBase):
         return swaps
 
 
-class SwapHeaderSize(FactBase):
+class SwapHeaderSize(FactBase[int | None]):
     """Usable size in bytes recorded in a swapfile's header (`swaplabel` cannot tell it, so read the file
     size and check the SWAPSPACE2 signature); None when the path is not a swapfile."""
 
@@ -34,7 +34,7 @@ class SwapHeaderSize(FactBase):
         return int(output[0]) if output and output[0].strip().isdigit() else None
 
 
-class FreeBytes(FactBase):
+class FreeBytes(FactBase[int | None]):
     """Bytes available to root on the filesystem that holds `path` (or its parent directory)."""
 
     def command(self, path: str) -> str:

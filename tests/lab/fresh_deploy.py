@@ -3,7 +3,8 @@ the base and tuning roles (apt sources, packages, service user, kernel settings)
 
 from pyinfra import host
 
-from roles import base, tuning
+from roles.base import deploy as base
+from roles.tuning import deploy as tuning
 from roles.preflight import preflight
 
 plan = preflight(host)

@@ -12,7 +12,7 @@ import pytest
 
 from lab.harness import spec
 from v100kit.doctor import diagnose_all as doctor
-from roles.nvidia_driver import BLACKLIST, PREFERENCES
+from roles.nvidia_driver.decide import BLACKLIST, PREFERENCES
 from lab.provision import FRESH_ONLY, REUSED, DeployRun, deploy
 
 pytestmark = pytest.mark.disruptive
@@ -102,7 +102,7 @@ def broken_host(provisioned, tmp_path_factory):
 
 def provisioned_pin(s) -> dict:
     from lab.data import host_data
-    from roles import nvidia_driver
+    from roles.nvidia_driver import decide as nvidia_driver
     from roles.platform import SUPPORTED
     from roles.settings import load_settings
     plan, _ = nvidia_driver.plan(load_settings(s.name, host_data(s)), SUPPORTED["debian13"], {"linux-image-amd64": []})

@@ -59,7 +59,7 @@ def test_plan_gpu_host_loads_module_and_starts_persistenced():
 
 
 def test_plan_reboot_only_when_allowed(monkeypatch):
-    monkeypatch.setattr("roles.nvidia_driver.REBOOT_DELAY_S", 0)
+    monkeypatch.setattr("roles.nvidia_driver.deploy.REBOOT_DELAY_S", 0)
     traits = ["virt=none", "kernel=6.8.0-45-generic", "sysctl_writable=1", "thp_writable=1", "modules_dir=1",
               "nouveau_loaded=1", "thp_mode=madvise"]
     without = plan_commands(UBUNTU_2204, responses={"systemd-detect-virt": traits})

@@ -3,7 +3,7 @@
 import pytest
 from pyinfra.api.exceptions import OperationError
 
-from roles.nvidia_driver import _booted_again
+from roles.nvidia_driver.deploy import _booted_again
 
 
 class Host:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from roles import cuda, nvidia_driver
+from roles.cuda import decide as cuda
+from roles.nvidia_driver import decide as nvidia_driver
 from roles.cuda.versions import DISTRO_TOOLKITS, NVIDIA_TOOLKITS
 from roles.nvidia_driver.versions import DRIVER_PINS
 from roles.platform import SUPPORTED

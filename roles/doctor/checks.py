@@ -1,0 +1,257 @@
+"""The doctor's judgement, pure: DoctorFacts and the host's plan in, one Row per check out. Nothing here reads a
+host; gather.py reads the facts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from roles.nvidia_driver.decide import BLACKLIST, built_kernels, split_driver_packages, upstream
+
+if TYPE_CHECKING:
+    from roles.cuda.versions import Toolkit
+    from roles.doctor.gather import DoctorFacts
+    from roles.nvidia_driver.decide import DriverPlan
+    from roles.nvidia_driver.facts import DriverPackage
+    from roles.nvidia_driver.versions import DriverPin
+    from roles.preflight import HostPlan
+
+#: Xid codes that mean the GPU or its link failed (NVIDIA Xid catalog): 48 double-bit ECC, 79 fallen off the bus,
+#: 62/64 internal/ECC page retirement failures, 74 NVLink error, 92 high single-bit ECC rate, 94/95 contained /
+#: uncontained ECC errors.
+SERIOUS_XIDS = {48, 62, 64, 74, 79, 92, 94, 95}
+NO_GPU = "no GPU visible (nvidia-smi)"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One check on one host: state is 'ok', 'broken' or 'skipped'."""
+
+    check: str
+    state: str
+    evidence: str
+    fix: str = ""
+
+
+def ok(check: str, evidence: str) -> Row:
+    """A passed check with what it saw."""
+    return Row(check, "ok", evidence)
+
+
+def broken(check: str, evidence: str, fix: str) -> Row:
+    """A failed check with what it saw and how to fix it."""
+    return Row(check, "broken", evidence, fix)
+
+
+def as_dict(rows: list[Row]) -> list[dict]:
+    """Rows as plain dicts {'check', 'state', 'evidence', 'fix'} (for --json)."""
+    return [asdict(r) for r in rows]
+
+
+def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
+    """All checks for one host, in a fixed order: driver packages, kernels, nouveau, upgrade protection, GPU health,
+    toolkits and service binaries."""
+    pin, pkgs = plan.driver.pin, f.driver_packages
+    return [
+        driver_packages_pinned(pkgs, pin), other_branches(pkgs, pin), one_version(pkgs),
+        module_matches_userland(f, pin), half_installed(f.dpkg_audit),
+        headers_per_kernel(f.kernels), dkms_per_kernel(f, pin), headers_metapackage(f, plan.driver),
+        nouveau_not_loaded(f), nouveau_blacklisted(f), blacklist_in_initramfs(f.initramfs_lacking),
+        driver_held(f, pin), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers),
+        persistenced(f), persistence_mode(f), serious_xids(f),
+        *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
+        *llama_cpp_build(f.llama_cpp_current, plan), *vllm_venv(f, plan),
+    ]
+
+
+def driver_versions(pkgs: dict[str, DriverPackage]) -> set[str]:
+    """Upstream driver versions among the installed packages of nvidia-graphics-drivers* sources."""
+    return {upstream(p["version"]) for p in pkgs.values() if p["source"].startswith("nvidia-graphics-drivers")}
+
+
+def driver_packages_pinned(pkgs: dict[str, DriverPackage], pin: DriverPin) -> Row:
+    """Every package of the pin installed at its exact version."""
+    wrong = {n: p["version"] for n, p in pkgs.items() if n in pin.packages and p["version"] != pin.packages[n]}
+    missing = sorted(set(pin.packages) - set(pkgs))
+    if wrong or missing:
+        return broken("driver packages at the pinned versions",
+                      f"differ: {wrong}" if wrong else f"missing: {missing}", "run repair.py")
+    return ok("driver packages at the pinned versions", f"{len(pin.packages)} at {pin.version}")
+
+
+def other_branches(pkgs: dict[str, DriverPackage], pin: DriverPin) -> Row:
+    """No driver package of another branch or version beside the pin."""
+    others = {n: p["version"] for n, p in split_driver_packages(pkgs, pin.packages, pin.version)[1].items()}
+    if others:
+        return broken("no other driver branch installed", f"also installed: {others}",
+                      "run repair.py (purges them before reinstalling the pin)")
+    return ok("no other driver branch installed", "only the pinned driver's packages")
+
+
+def one_version(pkgs: dict[str, DriverPackage]) -> Row:
+    """All driver-source packages at one upstream version."""
+    versions = driver_versions(pkgs)
+    if len(versions) > 1:
+        return broken("one driver version among the packages", f"versions: {sorted(versions)}", "run repair.py")
+    return ok("one driver version among the packages", f"{sorted(versions) or 'none installed'}")
+
+
+def module_matches_userland(f: DoctorFacts, pin: DriverPin) -> Row:
+    """The loaded module is the pinned version and that of the userland; skipped where no module is loaded."""
+    loaded, versions = f.loaded_module, driver_versions(f.driver_packages)
+    if loaded is None:
+        return Row("loaded module matches the userland", "skipped",
+                   f"no nvidia module loaded ({f.traits['virt']}, kernel {f.traits['kernel']})")
+    if loaded != pin.version or (versions and versions != {loaded}):
+        return broken("loaded module matches the userland",
+                      f"module {loaded}, userland {sorted(versions)}, pinned {pin.version}: "
+                      "'Failed to initialize NVML: Driver/library version mismatch'",
+                      "run repair.py with nvidia_driver_reboot: true (the module changes only at a reboot)")
+    return ok("loaded module matches the userland", f"module {loaded}")
+
+
+def half_installed(audit: list[str]) -> Row:
+    """`dpkg --audit` is clean."""
+    if audit:
+        return broken("no half-installed packages", "; ".join(audit)[:300], "run repair.py (dpkg --configure -a)")
+    return ok("no half-installed packages", "dpkg --audit is clean")
+
+
+def headers_per_kernel(kernels: dict[str, bool]) -> Row:
+    """Every installed kernel has its headers (else DKMS cannot build for it)."""
+    no_headers = sorted(k for k, h in kernels.items() if not h)
+    if no_headers:
+        return broken("headers for every installed kernel", f"no headers: {no_headers}", "run repair.py")
+    return ok("headers for every installed kernel", f"{sorted(kernels)}")
+
+
+def dkms_per_kernel(f: DoctorFacts, pin: DriverPin) -> Row:
+    """DKMS built the pin's module for every installed kernel."""
+    built = built_kernels(f.dkms, pin.dkms_module)
+    unbuilt = sorted(k for k in f.kernels if k not in built)
+    if unbuilt:
+        return broken("nvidia module built for every installed kernel", f"not built: {unbuilt}",
+                      "run repair.py (dkms autoinstall per kernel)")
+    return ok("nvidia module built for every installed kernel", f"{sorted(built)}")
+
+
+def headers_metapackage(f: DoctorFacts, driver: DriverPlan) -> Row:
+    """The headers metapackage is installed, so headers follow kernel upgrades."""
+    meta = driver.headers_package
+    if f.headers_metapackage_installed:
+        return ok("headers metapackage installed", meta)
+    return broken("headers metapackage installed", f"{meta} is not installed",
+                  "run repair.py (headers must follow kernel upgrades)")
+
+
+def nouveau_not_loaded(f: DoctorFacts) -> Row:
+    """nouveau is not loaded (it would own the GPU until a reboot)."""
+    if f.traits["nouveau_loaded"]:
+        return broken("nouveau not loaded", "nouveau owns the GPU", "run repair.py with nvidia_driver_reboot: true")
+    return ok("nouveau not loaded", "not loaded")
+
+
+def nouveau_blacklisted(f: DoctorFacts) -> Row:
+    """Our blacklist file exists and modprobe's configuration has nouveau blacklisted."""
+    if "blacklist nouveau" in f.modprobe_config and f.blacklist_file:
+        return ok("nouveau blacklisted", "; ".join(f.modprobe_config))
+    return broken("nouveau blacklisted", f"{BLACKLIST} missing or not in effect ({f.modprobe_config})",
+                  "run repair.py")
+
+
+def blacklist_in_initramfs(lacking: list[str]) -> Row:
+    """Every kernel's initramfs contains the blacklist."""
+    if lacking:
+        return broken("blacklist inside every initramfs", f"missing in initramfs of {lacking}", "run repair.py")
+    return ok("blacklist inside every initramfs", "present")
+
+
+def driver_held(f: DoctorFacts, pin: DriverPin) -> Row:
+    """Every package of the pinned driver is held, and apt would upgrade none of the driver's packages."""
+    held = set(f.holds)
+    ours = split_driver_packages(f.driver_packages, pin.packages, pin.version)[0]
+    unheld = sorted(set(ours) - held)
+    pending = {n: v for n, v in f.pending_upgrades.items() if n in f.driver_packages}
+    if unheld or pending:
+        return broken("driver packages held",
+                      f"not held: {unheld}" + (f"; apt would upgrade {pending}" if pending else ""), "run repair.py")
+    return ok("driver packages held", f"{len(held & set(pin.packages))} held")
+
+
+def unattended_upgrades(open_: list[str] | None) -> Row:
+    """unattended-upgrades blacklists every driver package; skipped where it is not installed."""
+    if open_ is None:
+        return Row("unattended-upgrades cannot touch the driver", "skipped", "unattended-upgrades not installed")
+    if open_:
+        return broken("unattended-upgrades cannot touch the driver", f"not blacklisted: {open_}", "run repair.py")
+    return ok("unattended-upgrades cannot touch the driver", "all driver packages blacklisted")
+
+
+def runfile(markers: list[str]) -> Row:
+    """No trace of a .run driver installation beside the packages."""
+    if markers:
+        return broken("no runfile installation mixed with packages", f"found {markers}",
+                      "run repair.py (runs nvidia-uninstall, then reinstalls the packages)")
+    return ok("no runfile installation mixed with packages", "no runfile traces")
+
+
+def persistenced(f: DoctorFacts) -> Row:
+    """nvidia-persistenced is enabled, and running where a GPU is visible."""
+    if not f.persistenced_enabled:
+        return broken("nvidia-persistenced enabled", "disabled", "run repair.py")
+    if f.gpus and not f.persistenced_active:
+        return broken("nvidia-persistenced enabled", "enabled but not running", "run repair.py")
+    return ok("nvidia-persistenced enabled", "enabled" + (", running" if f.persistenced_active else ""))
+
+
+def persistence_mode(f: DoctorFacts) -> Row:
+    """Persistence mode is on for every GPU; skipped without a visible GPU."""
+    if not f.gpus:
+        return Row("persistence mode on", "skipped", NO_GPU)
+    off = [g["index"] for g in f.gpus if not g["persistence_mode"]]
+    if off:
+        return broken("persistence mode on", f"off on GPUs {off}", "run repair.py")
+    return ok("persistence mode on", f"{len(f.gpus)} GPUs")
+
+
+def serious_xids(f: DoctorFacts) -> Row:
+    """No Xid of SERIOUS_XIDS in this boot's kernel log; skipped without a visible GPU."""
+    if not f.gpus:
+        return Row("no serious Xid errors this boot", "skipped", NO_GPU)
+    xids = [e for e in f.xids if e["xid"] in SERIOUS_XIDS]
+    if xids:
+        return broken("no serious Xid errors this boot", f"{xids[:3]}",
+                      "check cooling, power and seating of the GPU; Xid 79: reseat or replace, then reboot")
+    return ok("no serious Xid errors this boot", "none")
+
+
+def nvcc_per_toolkit(releases: dict[str, str | None], toolkits: list[Toolkit]) -> list[Row]:
+    """Each planned toolkit's nvcc reports that toolkit's release (`releases`: {version: release or None})."""
+    rows = []
+    for tk in toolkits:
+        release = releases.get(tk.version)
+        rows.append(ok(f"CUDA {tk.version} nvcc", f"{tk.nvcc}: release {release}") if release == tk.version else
+                    broken(f"CUDA {tk.version} nvcc", f"{tk.nvcc}: {release or 'missing'}", "run repair.py"))
+    return rows
+
+
+def llama_cpp_build(target: str | None, plan: HostPlan) -> list[Row]:
+    """The llama.cpp current link points at the planned build; no row without llama.cpp instances."""
+    if not plan.llama_cpp:
+        return []
+    if target == plan.llama_cpp.prefix:
+        return [ok("llama.cpp build in use", target)]
+    return [broken("llama.cpp build in use", f"current -> {target}, settings say {plan.llama_cpp.prefix}",
+                   "run deploy.py")]
+
+
+def vllm_venv(f: DoctorFacts, plan: HostPlan) -> list[Row]:
+    """vLLM's current link points at the planned venv, which was installed and checked (its stamp); no row without
+    vLLM instances."""
+    if not plan.vllm:
+        return []
+    target, stamped = f.vllm_current, f.vllm_stamped
+    if target == plan.vllm.venv and stamped:
+        return [ok("vLLM venv in use", f"{target} (checked at install)")]
+    return [broken("vLLM venv in use", f"current -> {target}, settings say {plan.vllm.venv}"
+                   f"{'' if stamped else ' (not installed and checked)'}", "run deploy.py")]

@@ -1,0 +1,87 @@
+"""The doctor's fact gathering: every fact the checks need, read from one host into one DoctorFacts (read-only;
+nothing on the host changes). The judgement is in checks.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyinfra.api.host import Host
+from pyinfra.facts.files import File, Link
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+# The one place the doctor reads the vLLM role's constants (vllm.CURRENT, vllm.STAMP).
+from roles import vllm
+from roles.doctor.facts import (DpkgAudit, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion, PendingUpgrades,
+                                RunfileMarkers, UnattendedNotBlocked, XidEvent)
+from roles.facts import AptHolds, HostTraits, PackageInstalled, Traits
+from roles.nvidia_driver.decide import BLACKLIST
+from roles.nvidia_driver.facts import (DkmsRow, DkmsStatus, DriverPackage, DriverPackages, GpuInfo, InitramfsLacking,
+                                       InstalledKernels, NvidiaGpus)
+from roles.preflight import HostPlan
+
+#: The llama.cpp role's link to the build in use.
+LLAMA_CPP_CURRENT = "/opt/llama.cpp/current"
+
+
+@dataclass(frozen=True)
+class DoctorFacts:
+    """What the doctor saw on one host. Facts that only some hosts need are None where not read."""
+
+    driver_packages: dict[str, DriverPackage]  # DriverPackages
+    traits: Traits  # HostTraits
+    loaded_module: str | None  # module version from /proc/driver/nvidia/version, None: no module loaded
+    dpkg_audit: list[str]  # `dpkg --audit` lines
+    kernels: dict[str, bool]  # InstalledKernels: {kernel version: headers installed}
+    dkms: list[DkmsRow]  # DkmsStatus
+    headers_metapackage_installed: bool  # the plan's headers metapackage is installed ('ii')
+    modprobe_config: list[str]  # nouveau lines of `modprobe --showconfig`
+    blacklist_file: bool  # BLACKLIST exists (read only when modprobe_config blacklists nouveau, else False)
+    initramfs_lacking: list[str]  # kernels whose initramfs lacks BLACKLIST
+    holds: list[str]  # AptHolds
+    pending_upgrades: dict[str, tuple[str, str]]  # PendingUpgrades: {name: (installed, candidate)}
+    unattended_open: list[str] | None  # driver packages unattended-upgrades may touch; None: it is not installed
+    runfile_markers: list[str]  # RunfileMarkers
+    gpus: list[GpuInfo]  # NvidiaGpus
+    persistenced_enabled: bool | None  # SystemdEnabled of nvidia-persistenced.service
+    persistenced_active: bool | None  # SystemdStatus of nvidia-persistenced.service
+    xids: list[XidEvent]  # this boot's Xid events (read only when a GPU is visible, else [])
+    nvcc_releases: dict[str, str | None]  # {toolkit version: release its nvcc reports, None: missing}
+    llama_cpp_current: str | None  # target of the llama.cpp current link (None: no llama.cpp planned or no link)
+    vllm_current: str | None  # target of vllm.CURRENT (None: no vLLM planned or no link)
+    vllm_stamped: bool  # the planned venv carries vllm.STAMP (False: no vLLM planned)
+
+
+def gather(host: Host, plan: HostPlan) -> DoctorFacts:
+    """Read every fact the doctor's checks need from `host` for its preflight `plan`. Raises what pyinfra's
+    get_fact raises for a host that cannot be read."""
+    pkgs = host.get_fact(DriverPackages)
+    config = host.get_fact(ModprobeConfig)
+    gpus = host.get_fact(NvidiaGpus)
+    return DoctorFacts(
+        driver_packages=pkgs,
+        traits=host.get_fact(HostTraits),
+        loaded_module=host.get_fact(NvidiaProcVersion),
+        dpkg_audit=host.get_fact(DpkgAudit),
+        kernels=host.get_fact(InstalledKernels),
+        dkms=host.get_fact(DkmsStatus),
+        headers_metapackage_installed=bool(host.get_fact(PackageInstalled, package=plan.driver.headers_package)),
+        modprobe_config=config,
+        blacklist_file="blacklist nouveau" in config and bool(host.get_fact(File, path=BLACKLIST)),
+        initramfs_lacking=host.get_fact(InitramfsLacking, path=BLACKLIST),
+        holds=host.get_fact(AptHolds),
+        pending_upgrades=host.get_fact(PendingUpgrades),
+        unattended_open=host.get_fact(UnattendedNotBlocked, packages=sorted(pkgs)) if pkgs else [],
+        runfile_markers=host.get_fact(RunfileMarkers),
+        gpus=gpus,
+        persistenced_enabled=host.get_fact(SystemdEnabled).get("nvidia-persistenced.service"),
+        persistenced_active=host.get_fact(SystemdStatus).get("nvidia-persistenced.service"),
+        xids=host.get_fact(KernelXid) if gpus else [],
+        nvcc_releases={tk.version: host.get_fact(NvccRelease, nvcc=tk.nvcc) for tk in plan.toolkits},
+        llama_cpp_current=_link_target(host, LLAMA_CPP_CURRENT) if plan.llama_cpp else None,
+        vllm_current=_link_target(host, vllm.CURRENT) if plan.vllm else None,
+        vllm_stamped=bool(plan.vllm) and bool(host.get_fact(File, path=f"{plan.vllm.venv}/{vllm.STAMP}")),
+    )
+
+
+def _link_target(host: Host, path: str) -> str | None:
+    return (host.get_fact(Link, path=path) or {}).get("link_target")

@@ -1,0 +1,122 @@
+"""nvidia_driver deploy: the operations that apply a DriverPlan (decided in decide.py) and the `nvidia_driver`
+deploy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import deploy, operation
+from pyinfra.api.command import FunctionCommand
+from pyinfra.api.exceptions import OperationError
+from pyinfra.facts.server import Command
+from pyinfra.operations import apt, files, server, systemd
+
+from roles.facts import AptHolds, HostTraits
+from roles.nvidia_driver.decide import (BLACKLIST, PREFERENCES, UNATTENDED, DriverPlan, built_kernels,
+                                        unattended_patterns, unheld)
+from roles.nvidia_driver.facts import (BootId, DkmsStatus, DriverPackages, InitramfsLacking, InstalledKernels,
+                                       LoadedNvidiaModule, NvidiaGpus)
+from roles.nvidia_driver.versions import DriverPin
+from roles.settings import Settings
+
+TEMPLATES = Path(__file__).parent / "templates"
+REBOOT_DELAY_S = 10  # seconds pyinfra waits after `reboot` before reconnecting
+
+
+@operation()
+def hold(pin: DriverPin):
+    """apt-mark hold the pin's packages and every installed package of the driver at the pinned version (the
+    dependencies that metapackages pull in), each only if not held yet."""
+    missing = unheld(pin, host.get_fact(DriverPackages), host.get_fact(AptHolds))
+    if missing:
+        yield "apt-mark hold " + " ".join(missing)
+
+
+@operation()
+def dkms_for_every_kernel(module_prefix: str):
+    """Headers and the DKMS module for every installed kernel, so the next boot into any of them comes up with a
+    driver. The headers metapackage only follows the newest kernel; an installed older kernel gets its own
+    linux-headers-<version> where the archive still has it, and is reported where it does not."""
+    built = built_kernels(host.get_fact(DkmsStatus), module_prefix)
+    for kernel, has_headers in sorted(host.get_fact(InstalledKernels).items()):
+        if kernel in built:
+            continue
+        if not has_headers:
+            if not host.get_fact(Command, command=f"apt-cache show linux-headers-{kernel} >/dev/null 2>&1 && echo y"
+                                                  " || true"):
+                logger.warning(f"[{host.name}] nvidia_driver: kernel {kernel} has no headers and the archive has no "
+                               f"linux-headers-{kernel}: no module can be built for it; remove that kernel or "
+                               "install its headers by hand")
+                continue
+            yield f"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends linux-headers-{kernel}"
+        yield f"dkms autoinstall -k {kernel}"
+
+
+@operation()
+def initramfs_contains(path: str):
+    """update-initramfs for each kernel whose initramfs lacks `path` (converges after an interrupted deploy)."""
+    for kernel in host.get_fact(InitramfsLacking, path=path):
+        yield f"update-initramfs -u -k {kernel}"
+
+
+def _booted_again(state, host, before: str) -> bool:
+    """Raise OperationError unless the host reports a boot_id other than `before` (the reboot really happened)."""
+    now = host.get_fact(BootId)
+    if not now or now == before:
+        raise OperationError(f"{host.name}: boot_id still {before!r} after the reboot")
+    logger.info(f"[{host.name}] rebooted: boot_id {before} -> {now}")
+    return True
+
+
+@operation()
+def module_loaded(version: str, allow_reboot: bool):
+    """Load the pinned module where the host allows it; reboot only when allowed and the running module must
+    change (nouveau bound, or another version loaded). Containers cannot load modules: say so, change nothing."""
+    traits = host.get_fact(HostTraits)
+    if not traits["modules_loadable"]:
+        host.noop(f"module loading and reboots skipped: modules cannot be loaded here ({traits['virt']})")
+        return
+    loaded = host.get_fact(LoadedNvidiaModule)
+    if loaded == version:
+        return
+    if loaded is None and not traits["nouveau_loaded"]:
+        yield "modprobe nvidia"
+        return
+    why = "nouveau owns the GPU" if traits["nouveau_loaded"] else f"module {loaded} is loaded, pinned {version}"
+    if allow_reboot:
+        logger.warning(f"[{host.name}] nvidia_driver: rebooting: {why}")
+        before = host.get_fact(BootId)
+        yield from server.reboot._inner(delay=REBOOT_DELAY_S, reboot_timeout=600)
+        yield FunctionCommand(_booted_again, (before,), {})  # then the deploy resumes on the new boot
+    else:
+        logger.warning(f"[{host.name}] nvidia_driver: REBOOT REQUIRED ({why}); reboot, or deploy again with "
+                       "nvidia_driver_reboot: true")
+
+
+@deploy("NVIDIA driver")
+def nvidia_driver(settings: Settings, driver: DriverPlan) -> None:
+    """Blacklist nouveau, pin, install and hold the driver with headers and DKMS, build it for every kernel, put the
+    blacklist into every initramfs, enable nvidia-persistenced and load the module (or reboot if allowed)."""
+    pin = driver.pin
+    blacklist = files.put(name="nouveau blacklisted", src=str(TEMPLATES / "blacklist-nouveau.conf"),
+                          dest=BLACKLIST, mode="644")
+    files.template(name=f"apt pins the driver at {pin.version}", src=str(TEMPLATES / "preferences.j2"),
+                   dest=PREFERENCES, mode="644", pin=pin)
+    files.template(name="unattended-upgrades never touches the driver",
+                   src=str(TEMPLATES / "unattended-upgrades.conf.j2"), dest=UNATTENDED, mode="644",
+                   patterns=unattended_patterns(pin))
+    apt.packages(name=f"kernel headers ({driver.headers_package}) and DKMS",
+                 packages=[driver.headers_package, "dkms"], no_recommends=True)
+    apt.packages(name=f"driver {pin.version}, proprietary module",
+                 packages=[f"{n}={v}" for n, v in sorted(pin.packages.items())], no_recommends=True,
+                 extra_install_args="--allow-change-held-packages")
+    hold(name="driver packages held", pin=pin)
+    dkms_for_every_kernel(name="module built for every installed kernel", module_prefix=pin.dkms_module)
+    server.shell(name="initramfs rebuilt with the blacklist", commands=["update-initramfs -u -k all"],
+                 _if=blacklist.did_change)
+    initramfs_contains(name="blacklist inside every initramfs", path=BLACKLIST)
+    has_gpu = bool(host.get_fact(NvidiaGpus))
+    systemd.service(name="nvidia-persistenced enabled", service="nvidia-persistenced", enabled=True,
+                    running=has_gpu or None)
+    module_loaded(name="module loaded", version=pin.version, allow_reboot=settings.nvidia_driver_reboot)

@@ -1,0 +1,106 @@
+"""Each of the doctor's checks called directly on DoctorFacts (fast: no host). A healthy host gives only ok rows;
+each fault turns exactly its own check broken or skipped."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from roles.cuda.versions import Toolkit
+from roles.doctor import checks
+from roles.doctor.gather import DoctorFacts
+from roles.nvidia_driver.decide import BLACKLIST, DriverPlan
+from roles.nvidia_driver.versions import DriverPin
+
+PIN = DriverPin("580.95.05", {"cuda-drivers-580": "580.95.05-1", "nvidia-dkms-580": "580.95.05-1"}, "nvidia")
+TK = Toolkit("12.4", "nvidia", {"cuda-toolkit-12-4": "12.4.1-1"}, "/usr/local/cuda-12.4/bin/nvcc",
+             "/usr/local/cuda-12.4", "g++-11")
+PLAN = SimpleNamespace(driver=DriverPlan(PIN, "linux-headers-generic"), toolkits=[TK],
+                       llama_cpp=SimpleNamespace(prefix="/opt/llama.cpp/b1"), vllm=SimpleNamespace(venv="/v/0.9"))
+PKG = {"version": "580.95.05-1", "source": "nvidia-graphics-drivers-580", "status": "ii"}
+K = "6.8.0-45-generic"
+HEALTHY = DoctorFacts(
+    driver_packages={"cuda-drivers-580": PKG, "nvidia-dkms-580": PKG},
+    traits={"virt": "none", "kernel": K, "sysctl_writable": True, "thp_writable": True, "modules_loadable": True,
+            "nouveau_loaded": False, "thp_mode": "madvise"},
+    loaded_module="580.95.05", dpkg_audit=[], kernels={K: True},
+    dkms=[{"module": "nvidia", "version": "580.95.05", "kernel": K, "state": "installed"}],
+    headers_metapackage_installed=True, modprobe_config=["blacklist nouveau"], blacklist_file=True,
+    initramfs_lacking=[], holds=["cuda-drivers-580", "nvidia-dkms-580"], pending_upgrades={}, unattended_open=[],
+    runfile_markers=[], gpus=[{"index": 0, "name": "Tesla V100", "compute_cap": "7.0", "memory_mib": 16160,
+                               "persistence_mode": True, "driver_version": "580.95.05"}],
+    persistenced_enabled=True, persistenced_active=True, xids=[], nvcc_releases={"12.4": "12.4"},
+    llama_cpp_current="/opt/llama.cpp/b1", vllm_current="/v/0.9", vllm_stamped=True)
+
+
+def rows(**changes) -> dict[str, checks.Row]:
+    return {r.check: r for r in checks.diagnose(dataclasses.replace(HEALTHY, **changes), PLAN)}
+
+
+def test_healthy_host_is_all_ok():
+    got = rows()
+    assert len(got) == 20 and {r.state for r in got.values()} == {"ok"}, got
+
+
+OTHER = {"version": "535.274.02-1", "source": "nvidia-graphics-drivers-535", "status": "ii"}
+
+
+@pytest.mark.parametrize("changes, check, state", [
+    ({"driver_packages": {"cuda-drivers-580": PKG}}, "driver packages at the pinned versions", "broken"),
+    ({"driver_packages": {**HEALTHY.driver_packages, "libnvidia-compute-535": OTHER}},
+     "no other driver branch installed", "broken"),
+    ({"driver_packages": {**HEALTHY.driver_packages, "libnvidia-compute-535": OTHER}},
+     "one driver version among the packages", "broken"),
+    ({"loaded_module": "535.274.02"}, "loaded module matches the userland", "broken"),
+    ({"loaded_module": None}, "loaded module matches the userland", "skipped"),
+    ({"dpkg_audit": ["half configured: nvidia-dkms-580"]}, "no half-installed packages", "broken"),
+    ({"kernels": {K: True, "6.5.0-1-generic": False}}, "headers for every installed kernel", "broken"),
+    ({"kernels": {K: True, "6.5.0-1-generic": True}}, "nvidia module built for every installed kernel", "broken"),
+    ({"headers_metapackage_installed": False}, "headers metapackage installed", "broken"),
+    ({"traits": {**HEALTHY.traits, "nouveau_loaded": True}}, "nouveau not loaded", "broken"),
+    ({"blacklist_file": False}, "nouveau blacklisted", "broken"),
+    ({"modprobe_config": []}, "nouveau blacklisted", "broken"),
+    ({"initramfs_lacking": [K]}, "blacklist inside every initramfs", "broken"),
+    ({"holds": ["cuda-drivers-580"]}, "driver packages held", "broken"),
+    ({"pending_upgrades": {"nvidia-dkms-580": ("580.95.05-1", "580.105.08-1")}}, "driver packages held", "broken"),
+    ({"unattended_open": ["nvidia-dkms-580"]}, "unattended-upgrades cannot touch the driver", "broken"),
+    ({"unattended_open": None}, "unattended-upgrades cannot touch the driver", "skipped"),
+    ({"runfile_markers": ["/usr/bin/nvidia-uninstall"]}, "no runfile installation mixed with packages", "broken"),
+    ({"persistenced_enabled": False}, "nvidia-persistenced enabled", "broken"),
+    ({"persistenced_active": False}, "nvidia-persistenced enabled", "broken"),
+    ({"gpus": [{**HEALTHY.gpus[0], "persistence_mode": False}]}, "persistence mode on", "broken"),
+    ({"gpus": []}, "persistence mode on", "skipped"),
+    ({"xids": [{"pci": "0000:3b:00", "xid": 79, "text": "GPU has fallen off the bus."}]},
+     "no serious Xid errors this boot", "broken"),
+    ({"gpus": []}, "no serious Xid errors this boot", "skipped"),
+    ({"nvcc_releases": {"12.4": None}}, "CUDA 12.4 nvcc", "broken"),
+    ({"llama_cpp_current": "/opt/llama.cpp/b0"}, "llama.cpp build in use", "broken"),
+    ({"vllm_stamped": False}, "vLLM venv in use", "broken"),
+    ({"vllm_current": "/v/0.8"}, "vLLM venv in use", "broken"),
+])
+def test_each_fault_turns_its_check(changes, check, state):
+    got = rows(**changes)
+    assert got[check].state == state, got[check]
+    assert got[check].evidence and (state != "broken" or got[check].fix)
+
+
+def test_xid_that_is_not_serious_passes():
+    # Xid 13 (graphics engine exception) is an application fault, not one of the NVIDIA Xid catalog's hardware ones.
+    assert rows(xids=[{"pci": "0000:3b:00", "xid": 13, "text": "Graphics Exception"}])[
+        "no serious Xid errors this boot"].state == "ok"
+
+
+def test_no_rows_for_services_not_planned():
+    plan = SimpleNamespace(**{**vars(PLAN), "llama_cpp": None, "vllm": None, "toolkits": []})
+    names = {r.check for r in checks.diagnose(HEALTHY, plan)}
+    assert not {"llama.cpp build in use", "vLLM venv in use", "CUDA 12.4 nvcc"} & names
+
+
+def test_blacklisted_names_the_file_when_broken():
+    assert BLACKLIST in rows(blacklist_file=False)["nouveau blacklisted"].evidence
+
+
+def test_as_dict():
+    assert checks.as_dict([checks.ok("c", "e")]) == [{"check": "c", "state": "ok", "evidence": "e", "fix": ""}]
