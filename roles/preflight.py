@@ -10,8 +10,9 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
 from pyinfra.facts.server import OsRelease, Sysctl, Users
 
-from roles import base, cuda, llama_cpp, nvidia_driver, tuning, vllm
+from roles import base, cuda, nvidia_driver, tuning, vllm
 from roles.cuda.versions import Toolkit
+from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver.facts import NvidiaGpus
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
