@@ -8,9 +8,10 @@ Settings: roles/settings.py (every key, default and meaning; listed in README.md
 
 from pyinfra import host
 
-from roles import base, cuda, nvidia_driver, tuning, vllm
+from roles import base, cuda, nvidia_driver, tuning
 from roles.llama_cpp.deploy import llama_cpp
 from roles.preflight import preflight
+from roles.vllm.deploy import vllm
 
 # 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver,
 #    the vLLM release vs the host Python, each model vs the GPUs: quantization, dtype, VRAM and KV cache)
@@ -23,5 +24,5 @@ tuning.tuning(plan.settings)                               # sysctl.d, swapfile,
 nvidia_driver.nvidia_driver(plan.settings, plan.driver)    # pinned + held driver, DKMS, nouveau blacklist
 cuda.cuda(plan.settings, plan.platform, plan.toolkits)     # CUDA toolkits that can build sm_70
 llama_cpp(plan.settings, plan.llama_cpp)                   # llama.cpp for sm_70 + llama-server@NAME units
-vllm.vllm(plan.settings, plan.vllm)                        # hash-locked vLLM venv + vllm@NAME units
+vllm(plan.settings, plan.vllm)                             # hash-locked vLLM venv + vllm@NAME units
 # (a role without configured instances only stops and unconfigures the ones an earlier deploy set up)

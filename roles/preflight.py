@@ -10,13 +10,14 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
 from pyinfra.facts.server import OsRelease, Sysctl, Users
 
-from roles import base, cuda, nvidia_driver, tuning, vllm
+from roles import base, cuda, nvidia_driver, tuning
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver.facts import NvidiaGpus
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
 from roles.tuning.facts import FreeBytes, SwapHeaderSize
+from roles.vllm import decide as vllm
 from roles.vllm.facts import HfModelDir, PythonVersion
 
 

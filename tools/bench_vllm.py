@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lab.harness import Lab, spec  # noqa: E402
-from roles.vllm import UV, UV_CACHE, VENV_ROOT  # noqa: E402
+from roles.vllm.decide import UV, UV_CACHE, VENV_ROOT  # noqa: E402
 from roles.vllm.versions import LOCK_DIR  # noqa: E402
 from lab.provision import deploy  # noqa: E402
 

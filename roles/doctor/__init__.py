@@ -20,7 +20,7 @@ from roles.facts import AptHolds, HostTraits, PackageInstalled
 from roles.nvidia_driver import BLACKLIST
 from roles.nvidia_driver.facts import (DkmsStatus, DriverPackages, InitramfsLacking, InstalledKernels, NvidiaGpus,
                                       split_driver_packages, upstream)
-from roles import vllm
+from roles.vllm import decide as vllm
 from roles.preflight import HostPlan
 
 #: Xid codes that mean the GPU or its link failed (NVIDIA Xid catalog): 48 double-bit ECC, 79 fallen off the bus,
