@@ -14,8 +14,8 @@ from pyinfra.operations import apt, files, systemd
 
 from roles.ops import current_link, instance_config, remove_instances, restart_then_run
 from roles.settings import Settings
-from roles.vllm.decide import (CHECK, CONFIG_DIR, CURRENT, INSTALL_FLAGS, STAMP, UV, UV_CACHE, VENV_ROOT, WORK, VllmPlan,
-                               environment)
+from roles.vllm.decide import (CHECK, CONFIG_DIR, CURRENT, INSTALL_FLAGS, STAMP, UV, UV_CACHE, VENV_ROOT, WORK,
+                               VllmPlan, environment)
 from roles.vllm.versions import UV_VERSION, UV_WHEEL_SHA256, UV_WHEEL_URL
 
 TEMPLATES = Path(__file__).parent / "templates"
