@@ -8,12 +8,13 @@ Settings: roles/settings.py (every key, default and meaning; listed in README.md
 
 from pyinfra import host
 
-from roles import llama_cpp, vllm
-from roles.base import deploy as base
-from roles.cuda import deploy as cuda
-from roles.nvidia_driver import deploy as nvidia_driver
+from roles.base.deploy import base
+from roles.cuda.deploy import cuda
+from roles.llama_cpp.deploy import llama_cpp
+from roles.nvidia_driver.deploy import nvidia_driver
 from roles.preflight import preflight
-from roles.tuning import deploy as tuning
+from roles.tuning.deploy import tuning
+from roles.vllm.deploy import vllm
 
 # 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver,
 #    the vLLM release vs the host Python, each model vs the GPUs: quantization, dtype, VRAM and KV cache)
@@ -21,10 +22,10 @@ from roles.tuning import deploy as tuning
 plan = preflight(host)
 
 # 2. Converge, in dependency order. Each role only changes what differs, so a second run changes nothing.
-base.base(plan.settings, plan.platform)                    # apt sources + components, packages, service user
-tuning.tuning(plan.settings)                               # sysctl.d, swapfile, THP at boot, open-file limits
-nvidia_driver.nvidia_driver(plan.settings, plan.driver)    # pinned + held driver, DKMS, nouveau blacklist
-cuda.cuda(plan.settings, plan.platform, plan.toolkits)     # CUDA toolkits that can build sm_70
-llama_cpp.llama_cpp(plan.settings, plan.llama_cpp)         # llama.cpp for sm_70 + llama-server@NAME units
-vllm.vllm(plan.settings, plan.vllm)                        # hash-locked vLLM venv + vllm@NAME units
+base(plan.settings, plan.platform)                         # apt sources + components, packages, service user
+tuning(plan.settings)                                      # sysctl.d, swapfile, THP at boot, open-file limits
+nvidia_driver(plan.settings, plan.driver)                  # pinned + held driver, DKMS, nouveau blacklist
+cuda(plan.settings, plan.platform, plan.toolkits)          # CUDA toolkits that can build sm_70
+llama_cpp(plan.settings, plan.llama_cpp)                   # llama.cpp for sm_70 + llama-server@NAME units
+vllm(plan.settings, plan.vllm)                             # hash-locked vLLM venv + vllm@NAME units
 # (a role without configured instances only stops and unconfigures the ones an earlier deploy set up)

@@ -7,7 +7,7 @@ import urllib.request
 from pathlib import Path
 
 from lab.harness import LAB_CACHE, locked
-from roles.llama_cpp import sha256_file as sha256_of
+from roles.engines import sha256_file as sha256_of
 from roles.llama_cpp.versions import DEFAULT_SOURCE
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import FactBase, operation
+from pyinfra.api.command import FileUploadCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import Link, Sha256File
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
-
-from roles.secrets import secret_file
 
 
 @operation()
@@ -28,6 +28,25 @@ def verified(path: str, sha256: str):
         raise OperationError(f"{path}: sha256 is not {sha256}; nothing was replaced")
     return
     yield  # an operation is a generator
+
+
+#: Staging directory on tmpfs: it belongs to the SSH user (who uploads over SFTP, also when pyinfra runs
+#: commands with sudo) and is 0700, so the key never lands where others can read it, nor on disk before its place.
+STAGING = "/run/v100kit-secrets"
+
+
+@operation()
+def secret_file(dest: str, content: str):
+    """`dest` holds exactly `content`, mode 0600, owned by root. Compared by sha256, so the content is never
+    printed (not even with pyinfra --diff) and never passed on a command line; uploaded into a 0700 staging
+    directory of the SSH user, restricted, then renamed into place."""
+    if host.get_fact(Sha256File, path=dest) == hashlib.sha256(content.encode()).hexdigest():
+        return
+    staged = f"{STAGING}/{hashlib.sha256(dest.encode()).hexdigest()[:16]}"
+    # under sudo, SUDO_USER is the SSH login user, who uploads; without sudo the login user is root
+    yield f"rm -rf {STAGING} && install -d -m 700 -o \"${{SUDO_USER:-root}}\" {STAGING}"
+    yield FileUploadCommand(StringIO(content), staged, remote_temp_filename=f"{staged}.part")
+    yield f"chown root:root {staged} && chmod 600 {staged} && mv -f {staged} {dest} && rm -rf {STAGING}"
 
 
 class ConfiguredInstances(FactBase):

@@ -11,16 +11,17 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
 from pyinfra.facts.server import OsRelease, Sysctl, Users
 
-from roles import llama_cpp, vllm
 from roles.base import decide as base
 from roles.cuda import decide as cuda
 from roles.cuda.versions import Toolkit
+from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver import decide as nvidia_driver
 from roles.nvidia_driver.facts import NvidiaGpus
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
 from roles.tuning import decide as tuning
 from roles.tuning.facts import FreeBytes, SwapHeaderSize
+from roles.vllm import decide as vllm
 from roles.vllm.facts import HfModelDir, PythonVersion
 
 

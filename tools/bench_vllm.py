@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 from lab.harness import Lab, spec
-from roles.vllm import UV, UV_CACHE, VENV_ROOT
+from roles.vllm.decide import UV, UV_CACHE, VENV_ROOT
 from roles.vllm.versions import LOCK_DIR
 from lab.provision import deploy
 

@@ -1,6 +1,6 @@
 """doctor: read-only diagnosis of a provisioned box against its pinned state, one row per check.
 
-    .venv/bin/python -m roles.doctor inventory/lab.py [--json] [--limit HOST]
+    .venv/bin/v100kit doctor inventory/lab.py [--json] [--limit HOST]
 
 Each check gives a state (ok, broken, skipped), the evidence it saw and the fix. The exit status is 1 when any
 check is broken. Nothing on a host is changed. `repair.py` converges a broken host back to the pinned state.

@@ -9,8 +9,8 @@ from pyinfra.api.host import Host
 from pyinfra.facts.files import File, Link
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-# The one place the doctor reads the vLLM role's constants (vllm.CURRENT, vllm.STAMP).
-from roles import vllm
+from roles.llama_cpp.decide import CURRENT as LLAMA_CPP_CURRENT
+from roles.vllm import decide as vllm
 from roles.doctor.facts import (DpkgAudit, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion, PendingUpgrades,
                                 RunfileMarkers, UnattendedNotBlocked, XidEvent)
 from roles.facts import AptHolds, HostTraits, PackageInstalled, Traits
@@ -19,8 +19,6 @@ from roles.nvidia_driver.facts import (DkmsRow, DkmsStatus, DriverPackage, Drive
                                        InstalledKernels, NvidiaGpus)
 from roles.preflight import HostPlan
 
-#: The llama.cpp role's link to the build in use.
-LLAMA_CPP_CURRENT = "/opt/llama.cpp/current"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The vLLM releases the toolkit supports on Volta, as data: torch build, engine, environment, Python versions.
 
-This is the vLLM part of the Volta compatibility matrix (shared/reference/volta.md, "vLLM" and "PyTorch wheels";
+This is the vLLM part of the Volta compatibility matrix (docs/volta.md §4 "vLLM" and §3 "PyTorch wheels";
 confidence H/M as there). The lock files in files/vllm/ are produced from this table by `tools/lock_vllm.py`
 (uv, PyPI only, wheels only, a fixed --exclude-newer date), so anyone regenerates the same bytes.
 """
@@ -43,8 +43,8 @@ class VllmRelease:
 
 #: Supported releases. Python lists are what `uv pip compile --only-binary :all:` resolves (tools/lock_vllm.py).
 VLLM_RELEASES: dict[str, VllmRelease] = {
-    # torch 2.4.0 (volta.md); outlines pulls pyairports, which PyPI has only as an sdist: no wheel-only install,
-    # and no cp313 torch 2.4 wheels either.
+    # torch 2.4.0 (docs/volta.md §4); outlines pulls pyairports, which PyPI has only as an sdist: no wheel-only
+    # install, and no cp313 torch 2.4 wheels either.
     "0.6.3.post1": VllmRelease("0.6.3.post1", "2.4.0", "12.1", "V0", (), "2024-11-01", refused=(
         "its dependency pyairports exists only as a source distribution on PyPI, so it cannot be installed from "
         "wheels (and torch 2.4.0 has no Python 3.13 wheels)")),
@@ -52,7 +52,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
     # VLLM_USE_V1=0). torch 2.6.0 cu124 has sm_70 kernels. xformers 0.0.29.post2 has no cp313 wheel.
     "0.8.5.post1": VllmRelease("0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
                                environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"},
-                               # fp8_e5m2 KV is storage-only: no FP8 hardware needed (volta.md; M)
+                               # fp8_e5m2 KV is storage-only: no FP8 hardware needed (docs/volta.md §4; M)
                                volta_kv_cache_dtypes=("auto", "fp8_e5m2")),
     # The first V1 release with a Volta path (PRs #23614, #24022): TRITON_ATTN. torch 2.8.0 cu128 keeps sm_70.
     # vLLM picks that backend itself on compute capability < 8.0; nothing to set. Its fp8 KV cache is stored as
@@ -66,7 +66,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
 DEFAULT_VERSION = "0.8.5.post1"
 
 #: PyTorch wheels and whether they contain sm_70 kernels: (torch major.minor, CUDA major.minor) -> bool.
-#: (volta.md "PyTorch wheels that contain sm_70 kernels": 2.4/2.6 H-M, 2.7 cu128 NO, 2.8 cu128 yes M-H,
+#: (docs/volta.md §3 "PyTorch wheels that contain sm_70 kernels": 2.4/2.6 H-M, 2.7 cu128 NO, 2.8 cu128 yes M-H,
 #: 2.9/2.10 cu130 no, 2.11+ cu128 no.) The installed venv is checked on the host as well.
 TORCH_SM70: dict[tuple[str, str], bool] = {
     ("2.4", "12.1"): True, ("2.4", "12.4"): True, ("2.5", "12.1"): True, ("2.5", "12.4"): True,
@@ -77,7 +77,7 @@ TORCH_SM70: dict[tuple[str, str], bool] = {
 
 #: Minimum compute capability of vLLM's quantization methods (quant_method in config.json), as vLLM's
 #: get_min_capability() returns them: AWQ 7.5 (vllm#4202 "Minimum capability: 75. Current capability: 70"),
-#: GPTQ 6.0, Marlin kernels and compressed-tensors w4a16 8.0, FP8 weights 8.9. (volta.md; M)
+#: GPTQ 6.0, Marlin kernels and compressed-tensors w4a16 8.0, FP8 weights 8.9. (docs/volta.md §4; M)
 QUANT_MIN_CAPABILITY: dict[str, tuple[int, int]] = {
     "awq": (7, 5), "awq_marlin": (8, 0), "marlin": (8, 0), "gptq_marlin": (8, 0), "gptq_marlin_24": (8, 0),
     "compressed-tensors": (8, 0), "compressed_tensors": (8, 0), "fp8": (8, 9), "fbgemm_fp8": (8, 9),

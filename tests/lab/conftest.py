@@ -9,11 +9,11 @@ import testinfra
 
 from lab.data import host_data
 from lab.harness import HOSTS, HostSpec
-from roles import llama_cpp
 from roles.cuda import decide as cuda
-from roles.nvidia_driver import decide as nvidia_driver
 from roles.cuda.versions import Toolkit
-from roles.llama_cpp import LlamaCppPlan
+from roles.llama_cpp import decide as llama_cpp
+from roles.llama_cpp.decide import LlamaCppPlan
+from roles.nvidia_driver import decide as nvidia_driver
 from roles.nvidia_driver.decide import DriverPlan
 from roles.platform import SUPPORTED
 from roles.settings import Settings, load_settings

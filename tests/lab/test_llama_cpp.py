@@ -16,7 +16,7 @@ import pytest
 
 from lab.data import LLAMA_PORTS, api_key_file
 from lab.sources import llama_cpp_default_source, sha256_of
-from roles.llama_cpp import CURRENT
+from roles.llama_cpp.decide import CURRENT
 from lab.provision import deploy
 
 UNIT = "llama-server@tiny"

@@ -18,7 +18,7 @@ from lab.harness import HOSTS
 from lab.models import write_tiny_hf
 from v100kit.doctor import diagnose_all as doctor
 from roles.planner import read_hf
-from roles.vllm import CURRENT, UV, UV_CACHE
+from roles.vllm.decide import CURRENT, UV, UV_CACHE
 from roles.vllm.versions import DEFAULT_VERSION, LOCK_DIR, VLLM_RELEASES
 from lab.provision import deploy
 from tests.lab.test_deploy import SNAPSHOT, data_args

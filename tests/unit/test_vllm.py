@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab.models import write_tiny_hf
-from roles import vllm
+from roles.vllm import decide as vllm
 from roles.settings import Settings
 from roles.vllm.versions import DEFAULT_VERSION, LOCK_DIR, TORCH_SM70, VLLM_RELEASES
 

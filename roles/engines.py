@@ -1,0 +1,83 @@
+"""Rules both engine roles (roles/llama_cpp, roles/vllm) share: one port per instance on a host, a network listener
+only when protected, exactly one model setting, the GPUs to plan for, and control-machine file checksums.
+
+Pure: settings and facts in, values or problem lines (roles.settings.problem) out; no pyinfra operation is
+imported here. Each role passes its own wording where the two word a rule differently, so users see the same
+texts as before this module existed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Callable, Iterable, Mapping
+from urllib.parse import urlparse
+
+from roles.settings import LlamaCppInstance, Settings, VllmInstance, problem
+
+
+def is_url(s: str) -> bool:
+    """True for an http(s) URL; anything else is a path on the control machine."""
+    return urlparse(s).scheme in ("http", "https")
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 (64 characters) of a file on the control machine, read in 1 MiB chunks. Raises OSError when
+    the file cannot be read."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def port_clashes(section: str, ports: Iterable[tuple[str, int]], holder: Callable[[str], str],
+                 taken: Mapping[int, str] | None = None) -> dict[str, list[str]]:
+    """Per instance name, the problem when its port is already used on the host ([] when not).
+
+    `ports`: (instance name, TCP port) in the order the role walks its instances (sorted by name). `holder(name)`
+    is how the role names an instance in the message ("instance 'a'", "vllm@a"); `taken`: port -> holder text of
+    ports other roles already use on the host. A port used twice is reported at every later use, naming the
+    instance seen last before it."""
+    seen = dict(taken or {})
+    out: dict[str, list[str]] = {}
+    for name, port in ports:
+        out[name] = [problem(f"{section}.{name}.port", port, f"{seen[port]} already uses it",
+                             "give every instance its own port")] if port in seen else []
+        seen[port] = holder(name)
+    return out
+
+
+def network_listener(key: str, listen: str, protected: bool, why: str, fix: str) -> list[str]:
+    """[] when `listen` (an IP address, validated by the settings) is a loopback address or the role calls the
+    listener `protected`; else one problem naming `key`.listen with the role's own `why` and `fix`."""
+    if protected or ipaddress.ip_address(listen).is_loopback:
+        return []
+    return [problem(f"{key}.listen", listen, why, fix)]
+
+
+def one_model(key: str, inst: LlamaCppInstance | VllmInstance, fix: str, shown: dict | None = None) -> list[str]:
+    """[] when exactly one of inst.model_path and inst.model_source is set; else one problem naming `key`, whose
+    value is `shown` (default: the two settings) and whose fix is the role's `fix`."""
+    if bool(inst.model_path) != bool(inst.model_source):
+        return []
+    if shown is None:
+        shown = {"model_path": inst.model_path, "model_source": inst.model_source}
+    return [problem(key, shown, "needs exactly one of model_path and model_source", fix)]
+
+
+def compute_capability(settings: Settings, gpus: list[dict]) -> tuple[int, int]:
+    """(major, minor) of the first GPU nvidia-smi lists (the NvidiaGpus fact), else of gpu_compute_capability.
+    Raises ValueError for a capability not written "M.m"."""
+    major, minor = (gpus[0]["compute_cap"] if gpus else settings.gpu_compute_capability).split(".")
+    return int(major), int(minor)
+
+
+def gpu_count(settings: Settings, gpus: list[dict]) -> int:
+    """How many GPUs the NvidiaGpus fact lists, else gpu_count (a host whose driver does not answer yet)."""
+    return len(gpus) or settings.gpu_count
+
+
+def gpu_memory_mib(settings: Settings, gpus: list[dict]) -> int:
+    """VRAM of the smallest listed GPU in MiB, else gpu_memory_mib."""
+    return min(g["memory_mib"] for g in gpus) if gpus else settings.gpu_memory_mib

@@ -1,0 +1,293 @@
+"""What the llama_cpp role does on one host, decided from settings and read-only facts before any change: the
+source archive, the CUDA toolkit and architectures, the install prefix, and per instance the model, its memory
+plan (roles/planner), the listen address and the API key. Pure: no pyinfra operation is imported here.
+
+The install prefix is named by source ref, architectures, CUDA version and a hash of the build configuration
+(/opt/llama.cpp/<ref>-sm70-cuda12.4-<hash>): any change of those builds a new prefix beside the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlparse
+
+from roles import planner
+from roles.cuda.versions import Toolkit
+from roles.engines import (gpu_count, gpu_memory_mib, is_url, network_listener, one_model, port_clashes,
+                           sha256_file)
+from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, Source
+from roles.secrets import read_api_key
+from roles.settings import LlamaCppInstance, Settings, problem
+
+PREFIX_ROOT = "/opt/llama.cpp"
+CURRENT = f"{PREFIX_ROOT}/current"
+WORK = "/var/lib/v100kit/llama.cpp"  # archives and build trees (root only; the service user cannot write here)
+CCACHE_DIR = "/var/cache/v100kit/ccache"
+CONFIG_DIR = "/etc/llama-server"
+STAMP = ".v100kit-build.json"
+
+#: KV cache types that are not quantized: a V cache of any other type needs flash attention (docs/volta.md §5).
+UNQUANTIZED_KV = ("f16", "f32", "bf16")
+
+
+@dataclass(frozen=True)
+class Instance:
+    name: str
+    settings: LlamaCppInstance
+    model_path: str  # on the host
+    model_source: str | None  # URL or control-machine path to place there
+    api_key: str | None = field(repr=False)
+    memory: planner.Plan | None = None  # None: the model file is not readable before the deploy (URL, host path)
+
+
+@dataclass(frozen=True)
+class LlamaCppPlan:
+    """What the role does on one host: source, toolkit, architectures, prefix and instances."""
+
+    source: Source
+    source_is_local: bool
+    toolkit: Toolkit
+    architectures: tuple[str, ...]
+    cmake_args: tuple[str, ...]
+    prefix: str
+    instances: tuple[Instance, ...]
+
+    @property
+    def archive(self) -> str:
+        return f"{WORK}/src/{self.source.sha256}.tar.gz"
+
+
+def source(settings: Settings) -> tuple[Source, list[str]]:
+    """The source archive to build: the pinned DEFAULT_SOURCE, or llama_cpp_source (URL or control-machine path,
+    `~` expanded) with its sha256, subdir and -fa style overrides applied: (source, problems). Refuses a
+    llama_cpp_source without a checksum and a llama_cpp_ref without a source; then DEFAULT_SOURCE stands in."""
+    problems: list[str] = []
+    if settings.llama_cpp_source:
+        if not settings.llama_cpp_source_sha256:
+            problems.append(problem("llama_cpp_source", settings.llama_cpp_source, "no checksum given",
+                                    "set llama_cpp_source_sha256 to the archive's sha256"))
+        if settings.llama_cpp_source_sha256 == DEFAULT_SOURCE.sha256:  # the default's bytes from elsewhere (offline)
+            src = replace(DEFAULT_SOURCE, ref=settings.llama_cpp_ref, url=settings.llama_cpp_source)
+        else:
+            src = Source(settings.llama_cpp_ref, settings.llama_cpp_source, settings.llama_cpp_source_sha256 or "",
+                         settings.llama_cpp_source_subdir)
+    elif settings.llama_cpp_ref == DEFAULT_SOURCE.ref:
+        src = DEFAULT_SOURCE
+    else:
+        problems.append(problem("llama_cpp_ref", settings.llama_cpp_ref, "no source for this ref",
+                                "set llama_cpp_source (URL or path of the .tar.gz) and llama_cpp_source_sha256, "
+                                f"or llama_cpp_ref: {DEFAULT_SOURCE.ref}"))
+        src = DEFAULT_SOURCE
+    if settings.llama_cpp_flash_attn_style:
+        src = replace(src, flash_attn_style=settings.llama_cpp_flash_attn_style)
+    if settings.llama_cpp_source_subdir:
+        src = replace(src, subdir=settings.llama_cpp_source_subdir)
+    if not is_url(src.url):
+        src = replace(src, url=str(Path(src.url).expanduser()))
+    return src, problems
+
+
+def source_file_problems(src: Source) -> list[str]:
+    """A control-machine source archive must exist and have its sha256 (hex); [] for a URL (files.download
+    checks it on the host) or when no checksum is given (refused by source())."""
+    if is_url(src.url) or not src.sha256:
+        return []
+    if not Path(src.url).is_file():
+        return [problem("llama_cpp_source", src.url, "no such file on the control machine",
+                        "give an existing .tar.gz path or a URL")]
+    if (actual := sha256_file(src.url)) != src.sha256:
+        return [problem("llama_cpp_source_sha256", src.sha256, f"the archive's sha256 is {actual}",
+                        "check the archive, then the checksum")]
+    return []
+
+
+def toolkit(settings: Settings, toolkits: list[Toolkit]) -> tuple[Toolkit | None, list[str]]:
+    """The installed toolkit llama_cpp_cuda_version names (default: the first, the default toolkit):
+    (toolkit, problems); None with a problem when it is not installed."""
+    wanted = settings.llama_cpp_cuda_version or (toolkits[0].version if toolkits else None)
+    found = next((t for t in toolkits if t.version == wanted), None)
+    if found is None:
+        return None, [problem("llama_cpp_cuda_version", wanted, "not among the installed toolkits",
+                              "choose one of cuda_versions: " + ", ".join(t.version for t in toolkits))]
+    return found, []
+
+
+def architectures(settings: Settings, gpus: list[dict]) -> tuple[str, ...]:
+    """CUDA architectures to build ("70"): llama_cpp_cuda_architectures, else those of the GPUs nvidia-smi lists,
+    else 70 (never CMake's native detection, which fails without a visible GPU: docs/volta.md §5)."""
+    return tuple(settings.llama_cpp_cuda_architectures or
+                 sorted({g["compute_cap"].replace(".", "") for g in gpus}) or ["70"])
+
+
+def architecture_problems(archs: tuple[str, ...], tk: Toolkit | None) -> list[str]:
+    """One problem per architecture the toolkit cannot compile for (CUDA_ARCH_RANGE; CUDA release notes,
+    docs/volta.md §2); [] without a toolkit (refused elsewhere) or for a toolkit missing from the table."""
+    if tk is None:
+        return []
+    lo, hi = CUDA_ARCH_RANGE.get(tk.version, (0, 999))
+    return [problem("llama_cpp_cuda_architectures", list(archs),
+                    f"CUDA {tk.version} builds sm_{lo}..sm_{hi}, not sm_{a} (CUDA release notes)",
+                    f"use architectures in {lo}..{hi} (V100: 70) or another llama_cpp_cuda_version")
+            for a in archs if not lo <= int(a) <= hi]
+
+
+def memory_plan(inst_key: str, s: LlamaCppInstance, gguf_path: str, settings: Settings, gpus: list[dict]
+                ) -> tuple[planner.Plan | None, list[str]]:
+    """The planner's verdict for one instance whose GGUF file is readable here: (plan, problems). VRAM (MiB) and
+    GPU count come from nvidia-smi where it answers, else from gpu_memory_mib / gpu_count. Refuses a file that is
+    not GGUF, a model that does not fit, and one that would offload layers to the CPU without allow_offload."""
+    try:
+        model = planner.read_gguf(gguf_path)
+    except Exception as e:  # not a GGUF file, or one the gguf package cannot read
+        return None, [problem(f"{inst_key}.model_source", gguf_path, f"cannot read its GGUF header ({e})",
+                              "give a GGUF model file")]
+    gpu_mib = gpu_memory_mib(settings, gpus)
+    n_gpus = gpu_count(settings, gpus)
+    mplan = planner.plan_llama_cpp(model, gpu_mib, n_gpus, max(1, s.context // s.parallel), s.cache_type_k,
+                                   s.cache_type_v, s.parallel, settings.gpu_usable_fraction, s.n_gpu_layers)
+    if mplan.outcome == "fits" or (mplan.outcome == "offload" and s.allow_offload):
+        return mplan, []
+    why = "; ".join(mplan.reasons)
+    if mplan.outcome == "offload":
+        return mplan, [problem(inst_key, Path(gguf_path).name, f"would offload {mplan.layers_offloaded} layers to the "
+                               f"CPU (decode ceiling {mplan.decode_ceiling_tps:.1f} tokens/s): {why}",
+                               "use a smaller quant type or a shorter context, or set allow_offload: true")]
+    return mplan, [problem(inst_key, Path(gguf_path).name, f"does not fit in {n_gpus} x {gpu_mib} MiB: {why}",
+                           "shorten context, quantize the KV cache (cache_type_k/v q8_0), or use a smaller quant")]
+
+
+def host_model_problems(key: str, model_path: str, host_has_file: Callable[[str], bool]) -> list[str]:
+    """model_path must be a file on the host (host_has_file answers from the File fact)."""
+    if host_has_file(model_path):
+        return []
+    return [problem(f"{key}.model_path", model_path, "no such file on the host",
+                    "copy the model there, or use model_source with model_sha256")]
+
+
+def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[dict]
+                 ) -> tuple[str, planner.Plan | None, list[str]]:
+    """model_source checked before the deploy: (model_source as placed, memory plan, problems). It needs
+    model_sha256; a control-machine file (`~` expanded) must exist, have that sha256 and pass memory_plan.
+    A URL is checked on the host by files.download."""
+    if not inst.model_sha256:
+        return inst.model_source, None, [problem(f"{key}.model_sha256", None, "model_source needs a checksum",
+                                                 "set model_sha256 to the file's sha256")]
+    if is_url(inst.model_source):
+        return inst.model_source, None, []
+    path = str(Path(inst.model_source).expanduser())
+    if not Path(path).is_file():
+        return path, None, [problem(f"{key}.model_source", path, "no such file on the control machine",
+                                    "give an existing path or a URL")]
+    if (actual := sha256_file(path)) != inst.model_sha256:
+        return path, None, [problem(f"{key}.model_sha256", inst.model_sha256, f"the file's sha256 is {actual}",
+                                    "check the file, then the checksum")]
+    memory, problems = memory_plan(key, inst, path, settings, gpus)
+    return path, memory, problems
+
+
+def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[dict],
+             host_has_file: Callable[[str], bool]) -> tuple[Instance, list[str]]:
+    """One llama-server@NAME: (Instance, problems) for its model, listen address and API key file. A model from
+    model_source is placed as <base_service_home>/models/<file name>."""
+    key = f"llama_cpp_instances.{name}"
+    model_source, memory = None, None
+    problems = one_model(key, inst, "set model_path (a file on the host) or model_source with model_sha256",
+                         shown={k: v for k, v in inst.model_dump().items() if k.startswith("model")})
+    if problems:
+        model_path = inst.model_path or ""
+    elif inst.model_path:
+        model_path = inst.model_path
+        problems = host_model_problems(key, model_path, host_has_file)
+    else:
+        model_path = f"{settings.base_service_home}/models/{Path(urlparse(inst.model_source).path).name}"
+        model_source, memory, problems = source_model(key, inst, settings, gpus)
+    problems += network_listener(key, inst.listen, bool(inst.api_key_file),
+                                 "reachable from the network without an API key",
+                                 "set api_key_file, or listen on 127.0.0.1 behind your own proxy")
+    api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
+    return Instance(name, inst, model_path, model_source, api_key, memory), problems + more
+
+
+def flash_attn_problems(instances: list[Instance]) -> list[str]:
+    """A quantized V cache needs flash attention: one problem per instance with flash_attn off and a cache_type_v
+    other than f16/f32/bf16 (docs/volta.md §5); [] when none."""
+    return [problem(f"llama_cpp_instances.{i.name}.flash_attn", "off",
+                    f"a quantized V cache ({i.settings.cache_type_v}) needs flash attention",
+                    "set flash_attn to auto or on, or cache_type_v to f16")
+            for i in instances if i.settings.flash_attn == "off" and i.settings.cache_type_v not in UNQUANTIZED_KV]
+
+
+def cmake_args(settings: Settings, tk: Toolkit, archs: tuple[str, ...]) -> tuple[str, ...]:
+    """The CMake configuration: CUDA on for exactly `archs`, the toolkit's nvcc and the host compiler it accepts
+    for the whole build, llama-server only, rpath $ORIGIN (the prefix is relocatable)."""
+    return (
+        "-DCMAKE_BUILD_TYPE=Release", "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)}",
+        f"-DCMAKE_CUDA_COMPILER={tk.nvcc}", f"-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/{tk.host_compiler}",
+        # the whole build uses the compiler nvcc accepts (a bare gcc/g++ may not even be installed)
+        f"-DCMAKE_C_COMPILER=/usr/bin/{tk.host_compiler.replace('g++', 'gcc')}",
+        f"-DCMAKE_CXX_COMPILER=/usr/bin/{tk.host_compiler}",
+        f"-DGGML_CUDA_FA_ALL_QUANTS={'ON' if settings.llama_cpp_fa_all_quants else 'OFF'}",
+        "-DGGML_CCACHE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=ON",
+        "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+    )
+
+
+def prefix(src: Source, tk: Toolkit, archs: tuple[str, ...], args: tuple[str, ...]) -> str:
+    """/opt/llama.cpp/<ref>-sm<archs>-cuda<version>-<first 8 hex of sha256 of source sha256, subdir, CMake args>."""
+    config_hash = hashlib.sha256(json.dumps([src.sha256, src.subdir, args]).encode()).hexdigest()[:8]
+    return f"{PREFIX_ROOT}/{src.ref}-sm{'-'.join(archs)}-cuda{tk.version}-{config_hash}"
+
+
+def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[dict],
+         host_has_file: Callable[[str], bool]) -> tuple[LlamaCppPlan | None, list[str]]:
+    """Resolve the build and the instances; None when no instance is configured.
+
+    `gpus` is the NvidiaGpus fact ([] without a visible GPU). `host_has_file(path)` answers from the host's facts.
+    Control-machine files (source archive, models, API key files) are read and checksummed here, and models read
+    there are checked by the planner (VRAM, KV cache, offload), before any change. Never raises for bad settings:
+    returns (plan, problems), the plan None whenever there is a problem.
+    """
+    if not settings.llama_cpp_instances:
+        return None, []
+    src, problems = source(settings)
+    problems += source_file_problems(src)
+    tk, more = toolkit(settings, toolkits)
+    archs = architectures(settings, gpus)
+    problems += more + architecture_problems(archs, tk)
+    items = sorted(settings.llama_cpp_instances.items())
+    clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")
+    instances = []
+    for name, inst in items:
+        resolved, more = instance(name, inst, settings, gpus, host_has_file)
+        problems += clashes[name] + more
+        instances.append(resolved)
+    if tk is None:
+        return None, problems
+    problems += flash_attn_problems(instances)
+    if problems:
+        return None, problems
+    args = cmake_args(settings, tk, archs)
+    return LlamaCppPlan(src, not is_url(src.url), tk, archs, args, prefix(src, tk, archs, args), tuple(instances)), []
+
+
+def server_args(inst: Instance, flash_attn_style: str) -> str:
+    """The llama-server command line of one instance, shell-quoted (without the API key, which comes from the
+    environment).
+
+    Builds that take a bare `-fa` have no `auto`: there auto means on when the V cache is quantized (which needs
+    flash attention; Volta has it: docs/volta.md §5), off otherwise."""
+    s = inst.settings
+    args = ["-m", inst.model_path, "--host", s.listen, "--port", str(s.port), "-ngl", str(s.n_gpu_layers),
+            "-c", str(s.context), "-ctk", s.cache_type_k, "-ctv", s.cache_type_v, "-np", str(s.parallel)]
+    if flash_attn_style == "value":
+        args += ["-fa", s.flash_attn]
+    elif s.flash_attn == "on" or (s.flash_attn == "auto" and s.cache_type_v not in UNQUANTIZED_KV):
+        args.append("-fa")
+    if s.metrics:
+        args.append("--metrics")
+    return " ".join(shlex.quote(a) for a in args)

@@ -1,0 +1,102 @@
+"""The llama_cpp role's operations: build llama-server into its prefix, move /opt/llama.cpp/current, and converge
+one systemd llama-server@NAME per instance of a plan decided beforehand (roles/llama_cpp/decide.py)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import deploy, operation
+from pyinfra.facts.files import File
+from pyinfra.operations import apt, files, systemd
+
+from roles.engines import is_url
+from roles.llama_cpp.decide import CCACHE_DIR, CONFIG_DIR, CURRENT, STAMP, WORK, LlamaCppPlan, server_args
+from roles.ops import current_link, instance_config, remove_instances, restart_then_run, verified
+from roles.settings import Settings
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+@operation()
+def build(plan_: LlamaCppPlan, jobs: int):
+    """Build llama-server into plan_.prefix unless a build with the same configuration is already there.
+
+    The tree is built in WORK, installed to <prefix>.new, smoke-checked (`llama-server --version`), then renamed to
+    the prefix and stamped. Any failure leaves existing prefixes and `current` as they were."""
+    stamp = json.dumps({"source_sha256": plan_.source.sha256, "cmake": plan_.cmake_args}, sort_keys=True)
+    existing = host.get_fact(File, path=f"{plan_.prefix}/{STAMP}")
+    if existing:
+        return
+    name = Path(plan_.prefix).name
+    b = f"{WORK}/build/{name}"
+    find_src = (f"s={b}/src/{plan_.source.subdir}" if plan_.source.subdir else
+                f"s=$(dirname $(grep -l 'project(\"llama.cpp\"' $(find {b}/src -maxdepth 4 -name CMakeLists.txt) "
+                "| awk '{print length, $0}' | sort -n | head -1 | cut -d' ' -f2))")
+    cmake = " ".join(shlex.quote(a) for a in plan_.cmake_args)
+    yield (
+        f"set -e; rm -rf {b} {plan_.prefix}.new; mkdir -p {b}/src {CCACHE_DIR}; "
+        f"tar -xzf {plan_.archive} -C {b}/src; {find_src}; "
+        # the tree always sits at <build>/llama.cpp, whatever the archive's layout: same relative paths, so
+        # ccache (CCACHE_BASEDIR) hits across refs
+        f"mv \"$s\" {b}/llama.cpp; s={b}/llama.cpp; "
+        # each build tree has its own path: relative paths let ccache hit across refs and prefixes
+        f"export CCACHE_DIR={CCACHE_DIR} CCACHE_BASEDIR={WORK}/build CCACHE_NOHASHDIR=true; "
+        f"cmake -S $s -B {b}/build {cmake} > {b}/configure.log 2>&1 || {{ tail -40 {b}/configure.log >&2; exit 1; }}; "
+        f"cmake --build {b}/build -j {jobs} --target llama-server > {b}/build.log 2>&1 "
+        f"|| {{ tail -60 {b}/build.log >&2; exit 1; }}; "
+        f"mkdir -p {plan_.prefix}.new/bin; cp -a {b}/build/bin/llama-server {b}/build/bin/*.so* {plan_.prefix}.new/bin/; "
+        f"{plan_.prefix}.new/bin/llama-server --version; "
+        f"printf '%s\\n' {shlex.quote(stamp)} > {plan_.prefix}.new/{STAMP}; "
+        f"mv -T {plan_.prefix}.new {plan_.prefix}; rm -rf {WORK}/build"  # also trees of earlier failed builds
+    )
+
+
+@deploy("llama.cpp")
+def llama_cpp(settings: Settings, p: LlamaCppPlan | None) -> None:
+    """Converge the build and the llama-server@NAME instances of `p`; with p None (no instance configured) only
+    stop and unconfigure instances a previous deploy set up (builds and models stay)."""
+    if p is not None:
+        _build_and_serve(settings, p)
+    remove_instances("llama-server", CONFIG_DIR, {i.name for i in p.instances} if p else set())
+
+
+def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
+    user, home = settings.base_service_user, settings.base_service_home
+    apt.packages(name="build tools", no_recommends=True,
+                 packages=["cmake", "make", "ccache", p.toolkit.host_compiler, "libc6-dev"])
+    files.directory(name="source and build area", path=f"{WORK}/src", mode="700")
+    if p.source_is_local:
+        files.put(name=f"source {p.source.ref}", src=p.source.url, dest=p.archive, mode="600")
+        verified(name="source checksum", path=p.archive, sha256=p.source.sha256)
+    else:  # files.download checks the sha256 itself and keeps an existing verified file
+        files.download(name=f"source {p.source.ref}", src=p.source.url, dest=p.archive, sha256sum=p.source.sha256,
+                       mode="600")
+    build(name=f"build {Path(p.prefix).name}", plan_=p, jobs=settings.llama_cpp_build_jobs)
+    link = current_link(name=f"{CURRENT} -> {Path(p.prefix).name}", link=CURRENT, target=p.prefix)
+
+    unit = files.template(
+        name="llama-server@ unit", src=str(TEMPLATES / "llama-server@.service.j2"),
+        dest="/etc/systemd/system/llama-server@.service", mode="644",
+        service_user=user, current=CURRENT, home=home, nofile=settings.tuning_nofile_limit)
+    systemd.daemon_reload(name="systemd reload", _if=unit.did_change)
+    files.directory(name="instance configuration", path=CONFIG_DIR, mode="755")
+    files.directory(name="models", path=f"{home}/models", user=user, group=user, mode="750")
+    for inst in p.instances:
+        changed = [unit, link]
+        if inst.model_source:
+            sha = inst.settings.model_sha256
+            if is_url(inst.model_source):
+                model = files.download(name=f"{inst.name}: model", src=inst.model_source, dest=inst.model_path,
+                                       sha256sum=sha, user=user, group=user, mode="640")
+            else:
+                model = files.put(name=f"{inst.name}: model", src=inst.model_source, dest=inst.model_path,
+                                  user=user, group=user, mode="640")
+                verified(name=f"{inst.name}: model checksum", path=inst.model_path, sha256=sha)
+            changed.append(model)
+        changed += instance_config(inst.name, CONFIG_DIR,
+                                   f"LLAMA_SERVER_ARGS={server_args(inst, p.source.flash_attn_style)}\n",
+                                   "LLAMA_API_KEY", inst.api_key)
+        restart_then_run(f"llama-server@{inst.name}", changed, "unit, settings, model or binary")
