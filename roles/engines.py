@@ -13,6 +13,7 @@ import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlparse
 
+from roles.nvidia_driver.facts import GpuInfo
 from roles.settings import LlamaCppInstance, Settings, VllmInstance, problem
 
 
@@ -66,18 +67,18 @@ def one_model(key: str, inst: LlamaCppInstance | VllmInstance, fix: str, shown: 
     return [problem(key, shown, "needs exactly one of model_path and model_source", fix)]
 
 
-def compute_capability(settings: Settings, gpus: list[dict]) -> tuple[int, int]:
+def compute_capability(settings: Settings, gpus: list[GpuInfo]) -> tuple[int, int]:
     """(major, minor) of the first GPU nvidia-smi lists (the NvidiaGpus fact), else of gpu_compute_capability.
     Raises ValueError for a capability not written "M.m"."""
     major, minor = (gpus[0]["compute_cap"] if gpus else settings.gpu_compute_capability).split(".")
     return int(major), int(minor)
 
 
-def gpu_count(settings: Settings, gpus: list[dict]) -> int:
+def gpu_count(settings: Settings, gpus: list[GpuInfo]) -> int:
     """How many GPUs the NvidiaGpus fact lists, else gpu_count (a host whose driver does not answer yet)."""
     return len(gpus) or settings.gpu_count
 
 
-def gpu_memory_mib(settings: Settings, gpus: list[dict]) -> int:
+def gpu_memory_mib(settings: Settings, gpus: list[GpuInfo]) -> int:
     """VRAM of the smallest listed GPU in MiB, else gpu_memory_mib."""
     return min(g["memory_mib"] for g in gpus) if gpus else settings.gpu_memory_mib

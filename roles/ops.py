@@ -49,7 +49,7 @@ def secret_file(dest: str, content: str):
     yield f"chown root:root {staged} && chmod 600 {staged} && mv -f {staged} {dest} && rm -rf {STAGING}"
 
 
-class ConfiguredInstances(FactBase):
+class ConfiguredInstances(FactBase[list[str]]):
     """Names of the service instances configured on the host: CONFIG_DIR/NAME.env (NAME.key.env excluded)."""
 
     default = list

@@ -1,27 +1,27 @@
 """Facts about Volta (V100, compute capability 7.0, sm_70) that the roles decide with.
 
 Every constant names its source; confidence H = primary source or several, M = one secondary source
-(shared/reference/volta.md). Where an M fact is relied on, the comment says so.
+(docs/volta.md, by section). Where an M fact is relied on, the comment says so.
 """
 
 from __future__ import annotations
 
-#: Compute capability of the V100 (major, minor). (NVIDIA CUDA GPUs table; H)
+#: Compute capability of the V100 (major, minor). (NVIDIA CUDA GPUs table; docs/volta.md §7; H)
 V100_COMPUTE_CAPABILITY = (7, 0)
 
 #: R580 is the last driver branch that supports Maxwell, Pascal and Volta; R590+ refuse V100.
-#: (NVIDIA Unix driver deprecation notice; H)
+#: (NVIDIA Unix driver deprecation notice; docs/volta.md §1; H)
 LAST_VOLTA_DRIVER_BRANCH = 580
 
 #: Open kernel modules need GSP, i.e. Turing (7.5) or newer: below this a GPU needs the proprietary module.
-#: (NVIDIA/open-gpu-kernel-modules README; H)
+#: (NVIDIA/open-gpu-kernel-modules README; docs/volta.md §1; H)
 OPEN_MODULE_MIN_COMPUTE_CAPABILITY = (7, 5)
 
 #: CUDA 13.0 removed offline compilation for sm_50..sm_72: sm_70 needs a CUDA 12.x or older toolkit.
-#: (CUDA 13.0 release notes; H)
+#: (CUDA 13.0 release notes; docs/volta.md §2; H)
 LAST_CUDA_MAJOR_FOR_SM70 = 12
 
-#: Minimum Linux driver for each CUDA toolkit (major.minor -> driver version), CUDA release notes table 3. (H)
+#: Minimum Linux driver for each CUDA toolkit (major.minor -> driver version), CUDA release notes table 3. (docs/volta.md §1; H)
 CUDA_MIN_DRIVER: dict[str, str] = {
     "11.7": "515.43.04",
     "11.8": "520.61.05",

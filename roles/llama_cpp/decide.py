@@ -22,6 +22,7 @@ from roles.engines import (gpu_count, gpu_memory_mib, is_url, network_listener, 
                            sha256_file)
 from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, Source
 from roles.secrets import read_api_key
+from roles.nvidia_driver.facts import GpuInfo
 from roles.settings import LlamaCppInstance, Settings, problem
 
 PREFIX_ROOT = "/opt/llama.cpp"
@@ -117,7 +118,7 @@ def toolkit(settings: Settings, toolkits: list[Toolkit]) -> tuple[Toolkit | None
     return found, []
 
 
-def architectures(settings: Settings, gpus: list[dict]) -> tuple[str, ...]:
+def architectures(settings: Settings, gpus: list[GpuInfo]) -> tuple[str, ...]:
     """CUDA architectures to build ("70"): llama_cpp_cuda_architectures, else those of the GPUs nvidia-smi lists,
     else 70 (never CMake's native detection, which fails without a visible GPU: docs/volta.md §5)."""
     return tuple(settings.llama_cpp_cuda_architectures or
@@ -136,7 +137,7 @@ def architecture_problems(archs: tuple[str, ...], tk: Toolkit | None) -> list[st
             for a in archs if not lo <= int(a) <= hi]
 
 
-def memory_plan(inst_key: str, s: LlamaCppInstance, gguf_path: str, settings: Settings, gpus: list[dict]
+def memory_plan(inst_key: str, s: LlamaCppInstance, gguf_path: str, settings: Settings, gpus: list[GpuInfo]
                 ) -> tuple[planner.Plan | None, list[str]]:
     """The planner's verdict for one instance whose GGUF file is readable here: (plan, problems). VRAM (MiB) and
     GPU count come from nvidia-smi where it answers, else from gpu_memory_mib / gpu_count. Refuses a file that is
@@ -169,7 +170,7 @@ def host_model_problems(key: str, model_path: str, host_has_file: Callable[[str]
                     "copy the model there, or use model_source with model_sha256")]
 
 
-def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[dict]
+def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo]
                  ) -> tuple[str, planner.Plan | None, list[str]]:
     """model_source checked before the deploy: (model_source as placed, memory plan, problems). It needs
     model_sha256; a control-machine file (`~` expanded) must exist, have that sha256 and pass memory_plan.
@@ -190,7 +191,7 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     return path, memory, problems
 
 
-def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[dict],
+def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo],
              host_has_file: Callable[[str], bool]) -> tuple[Instance, list[str]]:
     """One llama-server@NAME: (Instance, problems) for its model, listen address and API key file. A model from
     model_source is placed as <base_service_home>/models/<file name>."""
@@ -243,7 +244,7 @@ def prefix(src: Source, tk: Toolkit, archs: tuple[str, ...], args: tuple[str, ..
     return f"{PREFIX_ROOT}/{src.ref}-sm{'-'.join(archs)}-cuda{tk.version}-{config_hash}"
 
 
-def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[dict],
+def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
          host_has_file: Callable[[str], bool]) -> tuple[LlamaCppPlan | None, list[str]]:
     """Resolve the build and the instances; None when no instance is configured.
 

@@ -3,7 +3,7 @@
     <venv>/bin/python check_venv.py VERSION
 
 Checks: vllm imports and is exactly VERSION; torch was built with sm_70 kernels (the architecture list compiled
-into the installed libtorch_cuda, torch._C._cuda_getArchFlags(), which needs no device; volta.md). The
+into the installed libtorch_cuda, torch._C._cuda_getArchFlags(), which needs no device; docs/volta.md §3). The
 dependency set is checked separately with `uv pip check`. Prints one JSON line with what it found.
 """
 

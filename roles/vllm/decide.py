@@ -18,6 +18,7 @@ from typing import Callable
 from roles import planner
 from roles.engines import compute_capability, gpu_count, gpu_memory_mib, network_listener, one_model, port_clashes
 from roles.secrets import read_api_key
+from roles.nvidia_driver.facts import GpuInfo
 from roles.settings import Settings, VllmInstance, problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
 from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, QUANT_MIN_CAPABILITY, SOFTCAP_MIN_CAPABILITY,
@@ -102,7 +103,7 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
         # the message's "volta.md" is a user-visible text kept as it was: the source is docs/volta.md §4
         problems.append(problem(f"{key}.model", f"quant_method {method}",
                                 f"Minimum capability: {need[0]}{need[1]}. Current capability: {cap} (vLLM's "
-                                f"{method} kernels need compute capability {need[0]}.{need[1]}; volta.md)",
+                                f"{method} kernels need compute capability {need[0]}.{need[1]}; docs/volta.md §4)",
                                 "use a GPTQ build of the model (works on 6.0+) or an fp16 one, or llama.cpp with a "
                                 "GGUF quant (Q4_K_M)"))
     elif method and method not in QUANT_MIN_CAPABILITY:
@@ -276,7 +277,7 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
                            "GPTQ build (the reasons say which of these fit)")]
 
 
-def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease, gpus: list[dict],
+def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease, gpus: list[GpuInfo],
              host_model: Callable[[str], dict | None]) -> tuple[Instance, list[str]]:
     """One vllm@NAME: (Instance, problems) for its GPUs, listen address, API key file and model (config.json
     refusals, then memory when those pass and tensor parallel fits). dtype auto is served as half below 8.0."""
@@ -303,7 +304,7 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     return Instance(name, inst, model_path, files_, dtype, api_key, mplan), problems
 
 
-def plan(settings: Settings, host_python: str | None, gpus: list[dict], driver_version: str | None,
+def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], driver_version: str | None,
          host_model: Callable[[str], dict | None], taken_ports: dict[int, str]) -> tuple[VllmPlan | None, list[str]]:
     """Resolve release, lock and instances for one host; (None, []) when no vLLM instance is configured.
 

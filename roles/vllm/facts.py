@@ -5,10 +5,19 @@ from __future__ import annotations
 import json
 import shlex
 
+from typing import Any, TypedDict
+
 from pyinfra.api import FactBase
 
 
-class PythonVersion(FactBase):
+class HfModelDirInfo(TypedDict):
+    """What HfModelDir reads: the parsed config.json (None when it is not JSON) and the weight bytes."""
+
+    config: dict[str, Any] | None
+    safetensors_bytes: int
+
+
+class PythonVersion(FactBase[str | None]):
     """'3.11' for the Python at `path` ("major.minor"), or None when there is no such executable."""
 
     def command(self, path: str) -> str:
@@ -20,7 +29,7 @@ class PythonVersion(FactBase):
         return line or None
 
 
-class HfModelDir(FactBase):
+class HfModelDir(FactBase[HfModelDirInfo | None]):
     """A Hugging Face model directory on the host: {'config': parsed config.json (None if not JSON),
     'safetensors_bytes': int}, or None when `path` has no readable config.json.
 
@@ -35,7 +44,7 @@ class HfModelDir(FactBase):
                 f"echo '#index'; cat {q}/model.safetensors.index.json 2>/dev/null; echo; "
                 f"echo '#config'; cat {q}/config.json")
 
-    def process(self, output: list[str]) -> dict | None:
+    def process(self, output: list[str]) -> HfModelDirInfo | None:
         sections: dict[str, list[str]] = {}
         current = None
         for line in output:
