@@ -72,12 +72,14 @@ def instance_config(name: str, config_dir: str, env: str, key_var: str, api_key:
     ]
 
 
-def restart_then_run(service: str, changed: list, what: str) -> None:
+def restart_then_run(service: str, changed: list, what: str) -> list:
     """Restart `service` if it was running and any of `changed` changed, then make sure it is enabled and running:
-    a first start is not also a restart."""
-    systemd.service(name=f"{service} restarted ({what} changed)", service=service, running=None, restarted=True,
-                    _if=any_changed(*changed))
-    systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True)
+    a first start is not also a restart. Returns both operations (either changed: the service was (re)started)."""
+    return [
+        systemd.service(name=f"{service} restarted ({what} changed)", service=service, running=None, restarted=True,
+                        _if=any_changed(*changed)),
+        systemd.service(name=f"{service} enabled and running", service=service, enabled=True, running=True),
+    ]
 
 
 def remove_instances(unit: str, config_dir: str, kept: set[str]) -> None:

@@ -202,6 +202,9 @@ class Settings(BaseModel):
         None, description="how this llama.cpp takes -fa: value (-fa on|off|auto, builds since about b6327) or flag "
                           "(bare -fa, older builds); None: flag for the default source, value otherwise")
     llama_cpp_build_jobs: int = Field(2, ge=1, le=256, description="parallel compile jobs")
+    llama_cpp_start_timeout_s: int = Field(
+        600, ge=10, le=7200, description="after a (re)start on a GPU host, how long the deploy waits for /health "
+                                         "before it checks that the server runs on the GPU (loading reads the model)")
     llama_cpp_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], LlamaCppInstance] = Field(
         default_factory=dict, description="llama-server instances by name; the role builds llama.cpp when any is set")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.nvidia_driver.decide import BLACKLIST, built_kernels, split_driver_packages, upstream
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
         driver_held(f, pin), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers),
         persistenced(f), persistence_mode(f), serious_xids(f),
         *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
-        *llama_cpp_build(f.llama_cpp_current, plan), *vllm_venv(f, plan),
+        *llama_cpp_build(f.llama_cpp_current, plan), *llama_servers_on_gpu(f, plan), *vllm_venv(f, plan),
     ]
 
 
@@ -243,6 +244,25 @@ def llama_cpp_build(target: str | None, plan: HostPlan) -> list[Row]:
         return [ok("llama.cpp build in use", target)]
     return [broken("llama.cpp build in use", f"current -> {target}, settings say {plan.llama_cpp.prefix}",
                    "run deploy.py")]
+
+
+def llama_servers_on_gpu(f: DoctorFacts, plan: HostPlan) -> list[Row]:
+    """One row per llama-server instance: it serves from the GPU (its log and nvidia-smi, residency.judge).
+    Skipped, saying why, where no GPU answers nvidia-smi; no rows without llama.cpp instances."""
+    if not plan.llama_cpp:
+        return []
+    rows = []
+    for inst in plan.llama_cpp.instances:
+        check = f"llama-server@{inst.name} serves from the GPU"
+        if not f.gpus:
+            rows.append(Row(check, "skipped", f"{NO_GPU}: the server can only run on the CPU here"))
+            continue
+        ev = f.llama_servers.get(inst.name) or {"log": [], "main_pid": 0, "compute_apps": []}
+        verdict = judge(ev["log"], ev["main_pid"], parse_compute_apps(ev["compute_apps"]), inst.settings.n_gpu_layers)
+        rows.append(ok(check, verdict.evidence) if verdict.on_gpu else
+                    broken(check, verdict.evidence, f"run repair.py if the driver is broken, then deploy.py; "
+                           f"`journalctl -u llama-server@{inst.name}` shows the server's own log"))
+    return rows
 
 
 def vllm_venv(f: DoctorFacts, plan: HostPlan) -> list[Row]:

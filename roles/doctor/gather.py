@@ -3,13 +3,14 @@ nothing on the host changes). The judgement is in checks.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyinfra.api.host import Host
 from pyinfra.facts.files import File, Link
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from roles.llama_cpp.decide import CURRENT as LLAMA_CPP_CURRENT
+from roles.llama_cpp.facts import ServerEvidence
 from roles.vllm import decide as vllm
 from roles.doctor.facts import (DpkgAudit, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion, PendingUpgrades,
                                 RunfileMarkers, UnattendedNotBlocked, XidEvent)
@@ -47,6 +48,8 @@ class DoctorFacts:
     llama_cpp_current: str | None  # target of the llama.cpp current link (None: no llama.cpp planned or no link)
     vllm_current: str | None  # target of vllm.CURRENT (None: no vLLM planned or no link)
     vllm_stamped: bool  # the planned venv carries vllm.STAMP (False: no vLLM planned)
+    #: {instance name: ServerEvidence of llama-server@NAME}, read only where a GPU is visible ({} otherwise)
+    llama_servers: dict[str, dict] = field(default_factory=dict)
 
 
 def gather(host: Host, plan: HostPlan) -> DoctorFacts:
@@ -78,6 +81,8 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
         llama_cpp_current=_link_target(host, LLAMA_CPP_CURRENT) if plan.llama_cpp else None,
         vllm_current=_link_target(host, vllm.CURRENT) if plan.vllm else None,
         vllm_stamped=bool(plan.vllm) and bool(host.get_fact(File, path=f"{plan.vllm.venv}/{vllm.STAMP}")),
+        llama_servers={i.name: host.get_fact(ServerEvidence, unit=f"llama-server@{i.name}")
+                       for i in plan.llama_cpp.instances} if plan.llama_cpp and gpus else {},
     )
 
 

@@ -57,6 +57,7 @@ class LlamaCppPlan:
     cmake_args: tuple[str, ...]
     prefix: str
     instances: tuple[Instance, ...]
+    gpu_visible: bool = False  # a GPU answers nvidia-smi: after each (re)start the deploy checks it serves from it
 
     @property
     def archive(self) -> str:
@@ -273,7 +274,8 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     if problems:
         return None, problems
     args = cmake_args(settings, tk, archs)
-    return LlamaCppPlan(src, not is_url(src.url), tk, archs, args, prefix(src, tk, archs, args), tuple(instances)), []
+    return LlamaCppPlan(src, not is_url(src.url), tk, archs, args, prefix(src, tk, archs, args), tuple(instances),
+                        gpu_visible=bool(gpus)), []
 
 
 def server_args(inst: Instance, flash_attn_style: str) -> str:

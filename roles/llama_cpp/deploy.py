@@ -7,13 +7,18 @@ import json
 import shlex
 from pathlib import Path
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy, operation
+from pyinfra.api.command import FunctionCommand
+from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
+from pyinfra.operations.util import any_changed
 
 from roles.engines import is_url
 from roles.llama_cpp.decide import CCACHE_DIR, CONFIG_DIR, CURRENT, STAMP, WORK, LlamaCppPlan, server_args
+from roles.llama_cpp.facts import ServerEvidence
+from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.ops import current_link, instance_config, remove_instances, restart_then_run, verified
 from roles.settings import Settings
 
@@ -52,6 +57,32 @@ def build(plan_: LlamaCppPlan, jobs: int):
         f"printf '%s\\n' {shlex.quote(stamp)} > {plan_.prefix}.new/{STAMP}; "
         f"mv -T {plan_.prefix}.new {plan_.prefix}; rm -rf {WORK}/build"  # also trees of earlier failed builds
     )
+
+
+def _residency(state, host, unit: str, n_gpu_layers: int) -> bool:
+    """Raise OperationError unless `unit` serves from the GPU (roles/llama_cpp/residency.py judges the evidence)."""
+    ev = host.get_fact(ServerEvidence, unit=unit)
+    verdict = judge(ev["log"], ev["main_pid"], parse_compute_apps(ev["compute_apps"]), n_gpu_layers)
+    if not verdict.on_gpu:
+        raise OperationError(f"{unit} does not serve from the GPU: {verdict.evidence}. Fix: check the driver with "
+                             f"`v100kit doctor`, the build's CUDA architectures, and -ngl (n_gpu_layers)")
+    logger.info(f"[{host.name}] {unit} serves from the GPU: {verdict.evidence}")
+    return True
+
+
+@operation(is_idempotent=False)
+def serves_from_gpu(unit: str, health_url: str, n_gpu_layers: int, timeout_s: int):
+    """After a (re)start: wait until `health_url` answers 200 (the model is loaded), then fail the deploy unless
+    the server's own log and nvidia-smi show it on the GPU. Only added on hosts where a GPU answers nvidia-smi."""
+    yield (f"for i in $(seq {timeout_s}); do [ \"$(curl -s -o /dev/null -w '%{{http_code}}' {shlex.quote(health_url)})\" "
+           f"= 200 ] && exit 0; sleep 1; done; echo '{unit}: {health_url} not healthy after {timeout_s} s' >&2; exit 1")
+    yield FunctionCommand(_residency, (unit, n_gpu_layers), {})
+
+
+def health_url(listen: str, port: int) -> str:
+    """The URL of llama-server's /health for a listen address: a wildcard listens on loopback too."""
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(listen, listen)
+    return f"http://[{address}]:{port}/health" if ":" in address else f"http://{address}:{port}/health"
 
 
 @deploy("llama.cpp")
@@ -99,4 +130,13 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
         changed += instance_config(inst.name, CONFIG_DIR,
                                    f"LLAMA_SERVER_ARGS={server_args(inst, p.source.flash_attn_style)}\n",
                                    "LLAMA_API_KEY", inst.api_key)
-        restart_then_run(f"llama-server@{inst.name}", changed, "unit, settings, model or binary")
+        unit_name = f"llama-server@{inst.name}"
+        started = restart_then_run(unit_name, changed, "unit, settings, model or binary")
+        if p.gpu_visible:  # GPU-less hosts serve from the CPU by necessity: nothing to check there
+            serves_from_gpu(name=f"{unit_name} serves from the GPU", unit=unit_name,
+                            health_url=health_url(inst.settings.listen, inst.settings.port),
+                            n_gpu_layers=inst.settings.n_gpu_layers, timeout_s=settings.llama_cpp_start_timeout_s,
+                            _if=any_changed(*started))
+        else:
+            logger.info(f"[{host.name}] {unit_name}: no GPU answers nvidia-smi, so the check that it serves from "
+                        "the GPU is skipped")

@@ -25,3 +25,28 @@ def test_doctor_skips_gpu_checks_without_gpu_saying_why():
     rows = doctor_rows(UBUNTU_2204)
     for check in ("loaded module matches the userland", "persistence mode on", "no serious Xid errors this boot"):
         assert rows[check].state == "skipped" and rows[check].evidence
+
+
+LLAMA = {"llama_cpp_instances": {"tiny": {"model_source": "https://models.example/tiny.gguf", "model_sha256": "a" * 64,
+                                          "port": 8081}}}
+GPU_RESPONSES = {"cat /proc/driver/nvidia/version": PROC_PROPRIETARY.splitlines(), "nvidia-smi --query-gpu": SMI}
+
+
+def test_doctor_row_per_llama_server_on_the_gpu():
+    # llama.cpp's own lines: ggml-cuda.cu ggml_cuda_init, llama-model.cpp load_tensors
+    rows = doctor_rows(UBUNTU_2204, LLAMA, {**GPU_RESPONSES, "systemctl show -p MainPID": [
+        "#pid 4242", "#apps", "4242, 5802", "#log", "load_tensors: offloaded 33/33 layers to GPU"]})
+    row = rows["llama-server@tiny serves from the GPU"]
+    assert row.state == "ok" and "5802 MiB" in row.evidence
+
+
+def test_doctor_flags_llama_server_serving_from_the_cpu():
+    rows = doctor_rows(UBUNTU_2204, LLAMA, {**GPU_RESPONSES, "systemctl show -p MainPID": [
+        "#pid 4242", "#apps", "#log", "ggml_cuda_init: failed to initialize CUDA: unknown error"]})
+    row = rows["llama-server@tiny serves from the GPU"]
+    assert row.state == "broken" and "failed to initialize CUDA" in row.evidence and row.fix
+
+
+def test_doctor_skips_the_llama_server_row_without_gpu_saying_why():
+    row = doctor_rows(UBUNTU_2204, LLAMA)["llama-server@tiny serves from the GPU"]
+    assert row.state == "skipped" and "no GPU visible" in row.evidence

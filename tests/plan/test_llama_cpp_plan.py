@@ -3,6 +3,7 @@ and the CMake configuration chosen from the toolkit and the GPUs, never from CMa
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -34,11 +35,43 @@ def test_plan_default_source_downloaded_with_checksum_and_built_for_sm70():
     assert build_at < link_at < start_at
 
 
+TWO_V100 = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01",
+                                       "1, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01"]}
+#: What a llama-server that loaded its model onto the GPU shows: its MainPID, that PID in nvidia-smi's process
+#: list, and llama.cpp's own load_tensors line (src/llama-model.cpp: "offloaded %d/%d layers to GPU").
+ON_GPU = ["#pid 4242", "#apps", "4242, 5802", "#log", "load_tensors: offloaded 33/33 layers to GPU"]
+
+
 def test_plan_architectures_follow_the_visible_gpus():
-    cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}}, responses={
-        "nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01",
-                                   "1, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01"]})
+    cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}},
+                         responses={**TWO_V100, "systemctl show -p MainPID": ON_GPU})
     assert "-DCMAKE_CUDA_ARCHITECTURES=70" in build_command(cmds)
+
+
+def test_plan_gpu_host_waits_for_health_after_the_start_then_checks_the_gpu():
+    cmds = [str(c) for c in plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}},
+                                          responses={**TWO_V100, "systemctl show -p MainPID": ON_GPU})]
+    start = next(i for i, c in enumerate(cmds) if c.startswith("systemctl start llama-server@tiny"))
+    health = next(i for i, c in enumerate(cmds) if "http://127.0.0.1:8081/health" in c)
+    assert start < health
+
+
+def test_plan_gpu_host_fails_the_deploy_when_the_server_fell_back_to_the_cpu(caplog):
+    # ggml/src/ggml-cuda/ggml-cuda.cu ggml_cuda_init logs this when CUDA cannot start; the server then runs on the CPU
+    on_cpu = ["#pid 4242", "#apps", "#log",
+              "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected",
+              "load_tensors: offloaded 0/33 layers to GPU"]
+    plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}},
+                  responses={**TWO_V100, "systemctl show -p MainPID": on_cpu}, stops_early=True)
+    assert "llama-server@tiny does not serve from the GPU" in caplog.text
+    assert "failed to initialize CUDA" in caplog.text
+
+
+def test_plan_gpu_less_host_has_no_gpu_check_and_says_so(caplog):
+    caplog.set_level(logging.INFO, logger="pyinfra")
+    cmds = [str(c) for c in plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}})]
+    assert not [c for c in cmds if "/health" in c]
+    assert "the check that it serves from the GPU is skipped" in caplog.text
 
 
 @pytest.mark.parametrize("data, key", [
