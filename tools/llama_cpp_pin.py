@@ -1,0 +1,186 @@
+"""Add (or refresh) a known llama.cpp pin: the llama.cpp tree vendored in a llama-cpp-python sdist on PyPI.
+
+    .venv/bin/python tools/llama_cpp_pin.py 0.3.36                       # look up, download, derive, write
+    .venv/bin/python tools/llama_cpp_pin.py 0.3.36 --archive PATH.tar.gz  # use a local copy (checked by sha256)
+
+The sdist's URL and sha256 come from PyPI's JSON API (https://pypi.org/pypi/llama-cpp-python/VERSION/json, or the
+project's JSON releases[VERSION] where the per-version page is not served). The tree's facts come from its own code
+(roles/llama_cpp/tree.py read_tree) and the placement matrix from the rules of its form
+(roles/llama_cpp/attention.py matrix); the result goes to files/llama_cpp/pypi-VERSION.json, and what changed
+against the default pin's data is printed. Old pins are never deleted; the default moves in roles/llama_cpp/versions.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from roles.llama_cpp import attention
+from roles.llama_cpp.tree import read_tree
+from roles.llama_cpp.versions import DEFAULT_REF, PIN_DIR, pin_file
+
+PROJECT = "llama-cpp-python"
+FILES_HOST = "https://files.pythonhosted.org/packages/"
+
+
+def normalise_url(url: str) -> str:
+    """An absolute files.pythonhosted.org URL for a PyPI file URL; relative ones ("../../packages/packages/ec/e9/
+    .../x.tar.gz", as some PyPI mirrors answer) become FILES_HOST + the part after the last leading packages/."""
+    if re.match(r"https?://", url):
+        return url
+    m = re.fullmatch(r"(?:\.\./)*/?(?:packages/)+(.+)", url)
+    if not m:
+        raise ValueError(f"unexpected PyPI file URL {url!r}")
+    return FILES_HOST + m.group(1)
+
+
+def _get_json(url: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+
+
+def pypi_sdist(version: str) -> tuple[str, str, str]:
+    """(url, sha256, the API URL that answered) of llama-cpp-python VERSION's sdist from PyPI's JSON API. Raises
+    SystemExit when PyPI has no such release or no sdist for it."""
+    api = f"https://pypi.org/pypi/{PROJECT}/{version}/json"
+    data = _get_json(api)
+    files = data["urls"] if data else None
+    if files is None:
+        api = f"https://pypi.org/pypi/{PROJECT}/json (releases[{version!r}])"
+        project = _get_json(f"https://pypi.org/pypi/{PROJECT}/json") or {}
+        files = project.get("releases", {}).get(version)
+    if not files:
+        raise SystemExit(f"PyPI has no {PROJECT} {version}")
+    sdists = [f for f in files if f.get("packagetype") == "sdist" and f["filename"].endswith(".tar.gz")]
+    if not sdists:
+        raise SystemExit(f"PyPI has no sdist (.tar.gz) for {PROJECT} {version}")
+    return normalise_url(sdists[0]["url"]), sdists[0]["digests"]["sha256"], api
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> dict:
+    """The data file's content for one sdist (archive already checked against sha256; `api` the PyPI JSON API URL
+    its url and sha256 came from)."""
+    subdir = f"llama_cpp_python-{version}/vendor/llama.cpp"
+    facts = read_tree(archive, subdir)
+    m = attention.matrix(facts.fa_form) if facts.fa_form else None
+    return {
+        "ref": f"pypi-{version}",
+        "url": url,
+        "sha256": sha256,
+        "subdir": subdir,
+        "flash_attn_style": facts.flash_attn_style,
+        "fa_form": facts.fa_form,
+        "cuda_graphs_min_cc": list(facts.cuda_graphs_min_cc) if facts.cuda_graphs_min_cc else None,
+        "fa_quants_options": list(facts.fa_quants_options),
+        "architectures": sorted(facts.architectures),
+        "sources": {
+            "url": f"PyPI JSON API {api}: the sdist's url",
+            "sha256": f"PyPI JSON API {api}: the sdist's digests.sha256",
+            "flash_attn_style": "common/arg.cpp common_params_parser_init (-fa, --flash-attn)",
+            "fa_form": "roles/llama_cpp/tree.py fa_form (FORMS fingerprints)",
+            "cuda_graphs_min_cc": "ggml/src/ggml-cuda/ggml-cuda.cu (disable_due_to_gpu_arch)",
+            "fa_quants_options": "ggml/CMakeLists.txt",
+            "architectures": "src/llama-arch.cpp LLM_ARCH_NAMES",
+            "matrix": "roles/llama_cpp/attention.py matrix (each cell: its sources entry)",
+        },
+        "matrix": m,
+    }
+
+
+def changes(old: dict, new: dict, cc: tuple[int, int] = (7, 0)) -> list[str]:
+    """Lines describing what differs from `old` to `new` pin data: -fa style, form, architectures added/removed,
+    matrix cells changed at `cc`."""
+    out = []
+    for key in ("flash_attn_style", "fa_form", "cuda_graphs_min_cc"):
+        if old.get(key) != new.get(key):
+            out.append(f"{key}: {old.get(key)} -> {new.get(key)}")
+    added = sorted(set(new["architectures"]) - set(old["architectures"]))
+    removed = sorted(set(old["architectures"]) - set(new["architectures"]))
+    out.append(f"architectures: {len(old['architectures'])} -> {len(new['architectures'])}; "
+               f"added {len(added)}: {', '.join(added) or '-'}; removed {len(removed)}: {', '.join(removed) or '-'}")
+    om, nm = old.get("matrix"), new.get("matrix")
+    if om is None or nm is None:
+        out.append(f"matrix at cc {cc[0]}.{cc[1]}: not comparable (form {old.get('fa_form')} -> {new.get('fa_form')})")
+        return out
+    key = f"{cc[0]}.{cc[1]}"
+    diff = []
+    for heads, by_fa in nm["cells"].get(key, {}).items():
+        for fa, row in by_fa.items():
+            for kv, value in row.items():
+                hk, hv = (int(h) for h in heads.split("/"))
+                tk, tv = kv.split("/")
+                now = attention.cell(nm, cc, hk, hv, tk, tv, fa == "on")[0]
+                try:
+                    before = attention.cell(om, cc, hk, hv, tk, tv, fa == "on")[0]
+                except KeyError:
+                    before = "-"
+                if before != now:
+                    diff.append(f"  head {heads:>7} fa {fa:<3} {kv:<13} {before:>7} -> {now}")
+    counts: dict[str, int] = {}
+    for line in diff:
+        move = line.split(maxsplit=5)[-1]
+        counts[move] = counts.get(move, 0) + 1
+    summary = ", ".join(f"{m}: {n}" for m, n in sorted(counts.items()))
+    out.append(f"matrix at cc {key}: {len(diff)} cells changed" + (f" ({summary}):" if diff else ""))
+    return out + diff
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("version", help="llama-cpp-python version on PyPI, e.g. 0.3.36")
+    ap.add_argument("--archive", type=Path, help="a local copy of the sdist (checked against PyPI's sha256)")
+    args = ap.parse_args(argv)
+    url, sha256, api = pypi_sdist(args.version)
+    print(f"PyPI: {url}\n      sha256 {sha256}")
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = args.archive
+        if archive is None:
+            archive = Path(tmp) / Path(url).name
+            print(f"downloading {url}")
+            with urllib.request.urlopen(url, timeout=600) as r, archive.open("wb") as f:
+                shutil.copyfileobj(r, f)
+        got = sha256_of(archive)
+        if got != sha256:
+            print(f"{archive}: sha256 {got} differs from PyPI's {sha256}")
+            return 1
+        data = pin_data(args.version, url, sha256, archive, api)
+    path = pin_file(data["ref"])
+    PIN_DIR.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {path} (form {data['fa_form']}, {len(data['architectures'])} architectures, "
+          f"-fa style {data['flash_attn_style']})")
+    default = pin_file(DEFAULT_REF)
+    if data["ref"] == DEFAULT_REF or not default.is_file():
+        return 0
+    print(f"\nagainst the default {DEFAULT_REF}:")
+    for line in changes(json.loads(default.read_text()), data):
+        print(line)
+    if data["fa_form"] is None:
+        print("\nfa_form unknown: this tree's flash-attention code has no known form; quantized KV is refused with it "
+              "until roles/llama_cpp/attention.py has its rules (and roles/llama_cpp/tree.py FORMS its fingerprint)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
