@@ -30,10 +30,19 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
 
 def write_tiny_llama(path: Path, seed: int = 0) -> Path:
     """Write the tiny model to `path` (bytes: about 0.2 MB) and return it. Deterministic for a given seed."""
+    return write_llama(path, seed=seed)
+
+
+def write_llama(path: Path, seed: int = 0, n_embd: int = N_EMBD, n_head: int = N_HEAD, n_head_kv: int = N_HEAD_KV,
+                n_layer: int = N_LAYER, n_ff: int = N_FF, n_ctx: int = N_CTX, architecture: str = "llama") -> Path:
+    """A llama-shaped GGUF with random F32 weights: head size n_embd / n_head, `n_ctx` trained context tokens,
+    `architecture` as general.architecture (tests give names a llama.cpp tree may not know). Returns `path`."""
+    N_EMBD, N_HEAD, N_HEAD_KV, N_LAYER, N_FF, N_CTX = n_embd, n_head, n_head_kv, n_layer, n_ff, n_ctx  # noqa: N806
+    HEAD_DIM = N_EMBD // N_HEAD  # noqa: N806
     rng = np.random.default_rng(seed)
     tokens, scores, types = vocabulary()
     n_vocab = len(tokens)
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), architecture)
     w.add_name("v100kit-tiny-llama")
     w.add_context_length(N_CTX)
     w.add_embedding_length(N_EMBD)

@@ -55,8 +55,22 @@ class LlamaCppInstance(BaseModel):
     listen: str = Field("127.0.0.1", description="address to listen on (--host)")
     n_gpu_layers: int = Field(99, ge=0, le=999, description="-ngl: layers on the GPU (99 = all)")
     context: int = Field(8192, ge=256, le=1 << 21, description="-c: context tokens for all slots together")
-    cache_type_k: LlamaCacheType = Field("q8_0", description="-ctk: K cache type")
-    cache_type_v: LlamaCacheType = Field("q8_0", description="-ctv: V cache type (quantized V needs flash attention)")
+    cache_type_k: LlamaCacheType | None = Field(
+        None, description="-ctk: K cache type; None: the cheapest type that keeps attention on the GPU for the "
+                          "model's head size with this llama.cpp (q8_0 at 128, f16 elsewhere; the plan says why)")
+    cache_type_v: LlamaCacheType | None = Field(
+        None, description="-ctv: V cache type (quantized V needs flash attention); None: chosen like cache_type_k")
+    allow_cpu_attention: bool = Field(
+        False, description="accept cache types / flash attention that llama.cpp runs on the CPU for this model's "
+                           "head size (tens of times slower); refused otherwise")
+    rope_scaling: Literal["linear", "yarn"] | None = Field(
+        None, description="--rope-scaling, to serve a context longer than the model was trained for")
+    rope_scale: float | None = Field(None, gt=0, description="--rope-scale: context scaling factor (with rope_scaling)")
+    yarn_orig_ctx: int | None = Field(
+        None, ge=256, description="--yarn-orig-ctx: the model's original context (with rope_scaling: yarn)")
+    allow_context_beyond_training: bool = Field(
+        False, description="accept a context per slot above the model's trained context without rope scaling "
+                           "(quality degrades); refused otherwise")
     parallel: int = Field(1, ge=1, le=256, description="-np: parallel slots")
     flash_attn: Literal["on", "off", "auto"] = Field("auto", description="-fa")
     metrics: bool = Field(True, description="--metrics: Prometheus endpoint")

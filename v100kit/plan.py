@@ -35,7 +35,11 @@ def summarize(host, plan: HostPlan) -> dict:
     if plan.llama_cpp:
         out["llama_cpp"] = plan.llama_cpp.prefix
         for inst in plan.llama_cpp.instances:
-            out["instances"][f"llama-server@{inst.name}"] = {"model": inst.model_path, "plan": _memory(inst.memory)}
+            kv = inst.kv
+            out["instances"][f"llama-server@{inst.name}"] = {
+                "model": inst.model_path, "plan": _memory(inst.memory),
+                "kv_cache": None if kv is None else {"type_k": kv.cache_type_k, "type_v": kv.cache_type_v,
+                                                     "flash_attn": kv.flash_attn, "why": kv.why}}
     if plan.vllm:
         out["vllm"] = {"version": plan.vllm.release.version, "engine": plan.vllm.release.engine,
                        "python": plan.vllm.python, "venv": plan.vllm.venv}
@@ -59,6 +63,9 @@ def table(results: dict) -> str:
             lines.append(f"   vLLM {v['version']} ({v['engine']} engine, Python {v['python']}) {v['venv']}")
         for inst, d in r["instances"].items():
             p = d["plan"]
+            if d.get("kv_cache"):
+                kv = d["kv_cache"]
+                lines.append(f"   {inst}: KV cache -ctk {kv['type_k']} -ctv {kv['type_v']}: {kv['why']}")
             if p is None:
                 lines.append(f"   {inst}: {d['model']}: not planned (the model is not readable before the deploy)")
                 continue

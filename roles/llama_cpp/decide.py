@@ -18,9 +18,12 @@ from urllib.parse import urlparse
 
 from roles import planner
 from roles.cuda.versions import Toolkit
-from roles.engines import (gpu_count, gpu_memory_mib, is_url, network_listener, one_model, port_clashes,
-                           sha256_file)
-from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, Source
+from roles.engines import (compute_capability, gpu_count, gpu_memory_mib, is_url, network_listener, one_model,
+                           port_clashes, sha256_file)
+from roles.llama_cpp.choices import (KvChoice, architecture_problems as model_architecture_problems, choose_kv,
+                                     context_problems, gpu_architecture_problems)
+from roles.llama_cpp.tree import read_tree
+from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, SOURCES, Source
 from roles.secrets import read_api_key
 from roles.nvidia_driver.facts import GpuInfo
 from roles.settings import LlamaCppInstance, Settings, problem
@@ -44,6 +47,7 @@ class Instance:
     model_source: str | None  # URL or control-machine path to place there
     api_key: str | None = field(repr=False)
     memory: planner.Plan | None = None  # None: the model file is not readable before the deploy (URL, host path)
+    kv: KvChoice | None = None  # the KV cache types and flash attention it runs with (None: settings as given)
 
 
 @dataclass(frozen=True)
@@ -73,17 +77,18 @@ def source(settings: Settings) -> tuple[Source, list[str]]:
         if not settings.llama_cpp_source_sha256:
             problems.append(problem("llama_cpp_source", settings.llama_cpp_source, "no checksum given",
                                     "set llama_cpp_source_sha256 to the archive's sha256"))
-        if settings.llama_cpp_source_sha256 == DEFAULT_SOURCE.sha256:  # the default's bytes from elsewhere (offline)
-            src = replace(DEFAULT_SOURCE, ref=settings.llama_cpp_ref, url=settings.llama_cpp_source)
+        known = next((k for k in SOURCES.values() if k.sha256 == settings.llama_cpp_source_sha256), None)
+        if known:  # a pinned source's bytes from elsewhere (a mirror, offline): its known facts apply
+            src = replace(known, ref=settings.llama_cpp_ref, url=settings.llama_cpp_source)
         else:
             src = Source(settings.llama_cpp_ref, settings.llama_cpp_source, settings.llama_cpp_source_sha256 or "",
                          settings.llama_cpp_source_subdir)
-    elif settings.llama_cpp_ref == DEFAULT_SOURCE.ref:
-        src = DEFAULT_SOURCE
+    elif settings.llama_cpp_ref in SOURCES:  # the default, or an older pin: all stay selectable
+        src = SOURCES[settings.llama_cpp_ref]
     else:
         problems.append(problem("llama_cpp_ref", settings.llama_cpp_ref, "no source for this ref",
                                 "set llama_cpp_source (URL or path of the .tar.gz) and llama_cpp_source_sha256, "
-                                f"or llama_cpp_ref: {DEFAULT_SOURCE.ref}"))
+                                f"or one of the pinned refs: {', '.join(SOURCES)}"))
         src = DEFAULT_SOURCE
     if settings.llama_cpp_flash_attn_style:
         src = replace(src, flash_attn_style=settings.llama_cpp_flash_attn_style)
@@ -92,6 +97,21 @@ def source(settings: Settings) -> tuple[Source, list[str]]:
     if not is_url(src.url):
         src = replace(src, url=str(Path(src.url).expanduser()))
     return src, problems
+
+
+def tree_of(src: Source, settings: Settings) -> Tree:
+    """What is known of the tree `src` builds: a pinned source's derived facts (files/llama_cpp/<ref>.json), else
+    those read from a control-machine archive (roles/llama_cpp/tree.py), else unknown (a URL not fetched here)."""
+    all_quants = settings.llama_cpp_fa_all_quants
+    if src.fa_form is not None or src.architectures is not None:
+        return Tree(src.ref, src.architectures, src.fa_form, all_quants)
+    if not is_url(src.url) and Path(src.url).is_file() and sha256_file(src.url) == src.sha256:
+        try:
+            facts = read_tree(Path(src.url), src.subdir)
+            return Tree(src.ref, facts.architectures, facts.fa_form, all_quants)
+        except (OSError, ValueError):  # not a llama.cpp tree we can read: unknown, and said so where it matters
+            pass
+    return Tree(src.ref, None, None, all_quants)
 
 
 def source_file_problems(src: Source) -> list[str]:
@@ -138,20 +158,17 @@ def architecture_problems(archs: tuple[str, ...], tk: Toolkit | None) -> list[st
             for a in archs if not lo <= int(a) <= hi]
 
 
-def memory_plan(inst_key: str, s: LlamaCppInstance, gguf_path: str, settings: Settings, gpus: list[GpuInfo]
-                ) -> tuple[planner.Plan | None, list[str]]:
-    """The planner's verdict for one instance whose GGUF file is readable here: (plan, problems). VRAM (MiB) and
-    GPU count come from nvidia-smi where it answers, else from gpu_memory_mib / gpu_count. Refuses a file that is
-    not GGUF, a model that does not fit, and one that would offload layers to the CPU without allow_offload."""
-    try:
-        model = planner.read_gguf(gguf_path)
-    except Exception as e:  # not a GGUF file, or one the gguf package cannot read
-        return None, [problem(f"{inst_key}.model_source", gguf_path, f"cannot read its GGUF header ({e})",
-                              "give a GGUF model file")]
+def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gguf_path: str, kv: KvChoice,
+                settings: Settings, gpus: list[GpuInfo]) -> tuple[planner.Plan | None, list[str]]:
+    """The planner's verdict for one instance whose GGUF header was read here, with the KV cache types it will
+    really run with (`kv`): (plan, problems). VRAM (MiB) and GPU count come from nvidia-smi where it answers, else
+    from gpu_memory_mib / gpu_count. Refuses a model that does not fit, and one that would offload layers to the
+    CPU without allow_offload."""
     gpu_mib = gpu_memory_mib(settings, gpus)
     n_gpus = gpu_count(settings, gpus)
-    mplan = planner.plan_llama_cpp(model, gpu_mib, n_gpus, max(1, s.context // s.parallel), s.cache_type_k,
-                                   s.cache_type_v, s.parallel, settings.gpu_usable_fraction, s.n_gpu_layers)
+    mplan = planner.plan_llama_cpp(model, gpu_mib, n_gpus, max(1, s.context // s.parallel), kv.cache_type_k,
+                                   kv.cache_type_v, s.parallel, settings.gpu_usable_fraction, s.n_gpu_layers)
+    mplan = replace(mplan, reasons=[f"KV cache {kv.cache_type_k}/{kv.cache_type_v}: {kv.why}", *mplan.reasons])
     if mplan.outcome == "fits" or (mplan.outcome == "offload" and s.allow_offload):
         return mplan, []
     why = "; ".join(mplan.reasons)
@@ -171,33 +188,55 @@ def host_model_problems(key: str, model_path: str, host_has_file: Callable[[str]
                     "copy the model there, or use model_source with model_sha256")]
 
 
-def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo]
-                 ) -> tuple[str, planner.Plan | None, list[str]]:
-    """model_source checked before the deploy: (model_source as placed, memory plan, problems). It needs
-    model_sha256; a control-machine file (`~` expanded) must exist, have that sha256 and pass memory_plan.
-    A URL is checked on the host by files.download."""
+@dataclass(frozen=True)
+class Tree:
+    """What the role knows of the llama.cpp tree it builds: its ref, the architectures it loads (None: unknown),
+    its flash-attention form (roles/llama_cpp/attention.py RULES; None: unknown) and GGML_CUDA_FA_ALL_QUANTS."""
+
+    ref: str
+    architectures: frozenset[str] | None
+    fa_form: str | None
+    fa_all_quants: bool
+
+
+def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo], tree: Tree
+                 ) -> tuple[str, planner.Plan | None, KvChoice | None, list[str]]:
+    """model_source checked before the deploy: (model_source as placed, memory plan, KV choice, problems). It needs
+    model_sha256; a control-machine file (`~` expanded) must exist, have that sha256, be a GGUF the pinned tree can
+    load, within its trained context, with KV cache types that keep attention on the GPU, and pass memory_plan.
+    A URL is checked on the host by files.download (its header is not read: the KV choice is then None)."""
     if not inst.model_sha256:
-        return inst.model_source, None, [problem(f"{key}.model_sha256", None, "model_source needs a checksum",
-                                                 "set model_sha256 to the file's sha256")]
+        return inst.model_source, None, None, [problem(f"{key}.model_sha256", None, "model_source needs a checksum",
+                                                       "set model_sha256 to the file's sha256")]
     if is_url(inst.model_source):
-        return inst.model_source, None, []
+        return inst.model_source, None, None, []
     path = str(Path(inst.model_source).expanduser())
     if not Path(path).is_file():
-        return path, None, [problem(f"{key}.model_source", path, "no such file on the control machine",
-                                    "give an existing path or a URL")]
+        return path, None, None, [problem(f"{key}.model_source", path, "no such file on the control machine",
+                                          "give an existing path or a URL")]
     if (actual := sha256_file(path)) != inst.model_sha256:
-        return path, None, [problem(f"{key}.model_sha256", inst.model_sha256, f"the file's sha256 is {actual}",
-                                    "check the file, then the checksum")]
-    memory, problems = memory_plan(key, inst, path, settings, gpus)
-    return path, memory, problems
+        return path, None, None, [problem(f"{key}.model_sha256", inst.model_sha256, f"the file's sha256 is {actual}",
+                                          "check the file, then the checksum")]
+    try:
+        model = planner.read_gguf(path)
+    except Exception as e:  # not a GGUF file, or one the gguf package cannot read
+        return path, None, None, [problem(f"{key}.model_source", path, f"cannot read its GGUF header ({e})",
+                                          "give a GGUF model file")]
+    newer = [ref for ref, src in SOURCES.items() if ref != tree.ref and model.architecture in (src.architectures or ())]
+    problems = model_architecture_problems(key, model.architecture, tree.architectures, tree.ref, newer)
+    problems += context_problems(key, inst, model.context_length)
+    kv, more = choose_kv(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
+                         compute_capability(settings, gpus), tree.fa_all_quants)
+    memory, even_more = memory_plan(key, inst, model, path, kv, settings, gpus)
+    return path, memory, kv, problems + more + even_more
 
 
 def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo],
-             host_has_file: Callable[[str], bool]) -> tuple[Instance, list[str]]:
+             host_has_file: Callable[[str], bool], tree: Tree) -> tuple[Instance, list[str]]:
     """One llama-server@NAME: (Instance, problems) for its model, listen address and API key file. A model from
     model_source is placed as <base_service_home>/models/<file name>."""
     key = f"llama_cpp_instances.{name}"
-    model_source, memory = None, None
+    model_source, memory, kv = None, None, None
     problems = one_model(key, inst, "set model_path (a file on the host) or model_source with model_sha256",
                          shown={k: v for k, v in inst.model_dump().items() if k.startswith("model")})
     if problems:
@@ -207,21 +246,30 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
         problems = host_model_problems(key, model_path, host_has_file)
     else:
         model_path = f"{settings.base_service_home}/models/{Path(urlparse(inst.model_source).path).name}"
-        model_source, memory, problems = source_model(key, inst, settings, gpus)
+        model_source, memory, kv, problems = source_model(key, inst, settings, gpus, tree)
     problems += network_listener(key, inst.listen, bool(inst.api_key_file),
                                  "reachable from the network without an API key",
                                  "set api_key_file, or listen on 127.0.0.1 behind your own proxy")
     api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
-    return Instance(name, inst, model_path, model_source, api_key, memory), problems + more
+    if kv is None:  # the header is read on no machine before the deploy: the settings as given, f16 where unset
+        kv, even_more = choose_kv(key, inst, None, None, tree.fa_form, compute_capability(settings, gpus),
+                                  tree.fa_all_quants)
+        more += even_more
+    return Instance(name, inst, model_path, model_source, api_key, memory, kv), problems + more
 
 
 def flash_attn_problems(instances: list[Instance]) -> list[str]:
-    """A quantized V cache needs flash attention: one problem per instance with flash_attn off and a cache_type_v
+    """A quantized V cache needs flash attention: one problem per instance with flash_attn off and a V cache type
     other than f16/f32/bf16 (docs/volta.md §5); [] when none."""
     return [problem(f"llama_cpp_instances.{i.name}.flash_attn", "off",
-                    f"a quantized V cache ({i.settings.cache_type_v}) needs flash attention",
+                    f"a quantized V cache ({_type_v(i)}) needs flash attention",
                     "set flash_attn to auto or on, or cache_type_v to f16")
-            for i in instances if i.settings.flash_attn == "off" and i.settings.cache_type_v not in UNQUANTIZED_KV]
+            for i in instances if i.settings.flash_attn == "off" and _type_v(i) not in UNQUANTIZED_KV]
+
+
+def _type_v(i: Instance) -> str:
+    """The V cache type the instance runs with (its KV choice, else the setting, else f16)."""
+    return i.kv.cache_type_v if i.kv else (i.settings.cache_type_v or "f16")
 
 
 def cmake_args(settings: Settings, tk: Toolkit, archs: tuple[str, ...]) -> tuple[str, ...]:
@@ -261,11 +309,14 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     tk, more = toolkit(settings, toolkits)
     archs = architectures(settings, gpus)
     problems += more + architecture_problems(archs, tk)
+    problems += gpu_architecture_problems(settings.llama_cpp_cuda_architectures,
+                                          [g["compute_cap"] for g in gpus] or [settings.gpu_compute_capability])
+    tree = tree_of(src, settings)
     items = sorted(settings.llama_cpp_instances.items())
     clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")
     instances = []
     for name, inst in items:
-        resolved, more = instance(name, inst, settings, gpus, host_has_file)
+        resolved, more = instance(name, inst, settings, gpus, host_has_file, tree)
         problems += clashes[name] + more
         instances.append(resolved)
     if tk is None:
@@ -284,13 +335,23 @@ def server_args(inst: Instance, flash_attn_style: str) -> str:
 
     Builds that take a bare `-fa` have no `auto`: there auto means on when the V cache is quantized (which needs
     flash attention; Volta has it: docs/volta.md §5), off otherwise."""
-    s = inst.settings
+    s, kv = inst.settings, inst.kv or KvChoice(s.cache_type_k or "f16", s.cache_type_v or "f16", None, "")
     args = ["-m", inst.model_path, "--host", s.listen, "--port", str(s.port), "-ngl", str(s.n_gpu_layers),
-            "-c", str(s.context), "-ctk", s.cache_type_k, "-ctv", s.cache_type_v, "-np", str(s.parallel)]
+            "-c", str(s.context), "-ctk", kv.cache_type_k, "-ctv", kv.cache_type_v, "-np", str(s.parallel)]
+    fa = kv.flash_attn
+    if fa is None:  # not decided from the model: the setting; a bare -fa build has no auto (on for quantized V)
+        fa = s.flash_attn if flash_attn_style == "value" else (
+            s.flash_attn == "on" or (s.flash_attn == "auto" and kv.cache_type_v not in UNQUANTIZED_KV))
     if flash_attn_style == "value":
-        args += ["-fa", s.flash_attn]
-    elif s.flash_attn == "on" or (s.flash_attn == "auto" and s.cache_type_v not in UNQUANTIZED_KV):
+        args += ["-fa", fa if isinstance(fa, str) else ("on" if fa else "off")]
+    elif fa is True:
         args.append("-fa")
+    if s.rope_scaling:
+        args += ["--rope-scaling", s.rope_scaling]
+    if s.rope_scale:
+        args += ["--rope-scale", f"{s.rope_scale:g}"]
+    if s.yarn_orig_ctx:
+        args += ["--yarn-orig-ctx", str(s.yarn_orig_ctx)]
     if s.metrics:
         args.append("--metrics")
     return " ".join(shlex.quote(a) for a in args)

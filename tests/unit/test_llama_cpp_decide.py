@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from roles.cuda.versions import Toolkit
-from roles.llama_cpp.decide import (Instance, architecture_problems, architectures, flash_attn_problems,
+from roles.llama_cpp.decide import (Instance, Tree, architecture_problems, architectures, flash_attn_problems,
                                     host_model_problems, source, source_file_problems, source_model, toolkit)
 from roles.llama_cpp.versions import DEFAULT_SOURCE, Source
 from roles.settings import LlamaCppInstance, Settings
@@ -63,15 +63,18 @@ def test_a_model_path_must_be_on_the_host():
 
 def test_a_model_source_needs_its_checksum_and_must_match_it(tmp_path):
     s = Settings()
+    t = Tree("pypi-0.3.16", None, None, False)
     url = "https://models.example/tiny.gguf"
-    assert source_model("k", LlamaCppInstance(model_source=url, model_sha256="a" * 64), s, []) == (url, None, [])
-    placed, memory, problems = source_model("k", LlamaCppInstance(model_source=url), s, [])
+    assert source_model("k", LlamaCppInstance(model_source=url, model_sha256="a" * 64), s, [], t) == \
+        (url, None, None, [])
+    placed, memory, _, problems = source_model("k", LlamaCppInstance(model_source=url), s, [], t)
     assert memory is None and "k.model_sha256 = None: model_source needs a checksum" in problems[0]
     f = tmp_path / "m.gguf"
     f.write_bytes(b"not gguf")
-    placed, _, problems = source_model("k", LlamaCppInstance(model_source=str(f), model_sha256="a" * 64), s, [])
+    placed, _, _, problems = source_model("k", LlamaCppInstance(model_source=str(f), model_sha256="a" * 64), s, [], t)
     assert placed == str(f) and f"the file's sha256 is {hashlib.sha256(b'not gguf').hexdigest()}" in problems[0]
-    _, _, problems = source_model("k", LlamaCppInstance(model_source=str(tmp_path / "no"), model_sha256="a" * 64), s, [])
+    _, _, _, problems = source_model("k", LlamaCppInstance(model_source=str(tmp_path / "no"), model_sha256="a" * 64),
+                                     s, [], t)
     assert "no such file on the control machine" in problems[0]
 
 
