@@ -283,6 +283,8 @@ def cmake_args(settings: Settings, tk: Toolkit, archs: tuple[str, ...]) -> tuple
         f"-DCMAKE_CXX_COMPILER=/usr/bin/{tk.host_compiler}",
         f"-DGGML_CUDA_FA_ALL_QUANTS={'ON' if settings.llama_cpp_fa_all_quants else 'OFF'}",
         "-DGGML_CCACHE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=ON",
+        # newer trees fetch the server's web UI from a Hugging Face bucket at build time: never (offline, same bytes)
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
         "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN",
     )
 
