@@ -197,7 +197,7 @@ class Settings(BaseModel):
 
     # -- llama_cpp --------------------------------------------------------------------------------------
     llama_cpp_ref: str = Field(
-        "pypi-0.3.16", pattern=r"^[A-Za-z0-9._-]+$",
+        "pypi-0.3.36", pattern=r"^[A-Za-z0-9._-]+$",
         description="name of the pinned llama.cpp source; part of the install prefix (roll back by setting it back)")
     llama_cpp_source: str | None = Field(
         None, description="URL or control-machine path of a llama.cpp source .tar.gz; None: the pinned default "

@@ -51,7 +51,7 @@ def source_of(data: dict) -> Source:
 SOURCES: dict[str, Source] = {p.stem: source_of(load_pin(p)) for p in sorted(PIN_DIR.glob("*.json"))}
 
 #: The ref of the default source.
-DEFAULT_REF = "pypi-0.3.16"
+DEFAULT_REF = "pypi-0.3.36"
 
 
 #: The default source: the llama.cpp tree vendored in the llama-cpp-python 0.3.16 sdist on PyPI. PyPI publishes

@@ -26,7 +26,7 @@ UNIT = "llama-server@tiny"
 def target(target):
     """Only the lab hosts that serve the tiny model (lab/data.py LLAMA_HOSTS)."""
     if target.llama is None:
-        pytest.skip(f"{target.spec.name} builds no llama.cpp in this run (V100KIT_LAB_LLAMA=all builds on every host)")
+        pytest.skip(f"{target.spec.name} builds no llama.cpp (lab/data.py LLAMA_HOSTS)")
     return target
 
 

@@ -33,16 +33,21 @@ def model(tmp_path: Path, head: int, **kw) -> tuple[str, str]:
     return str(path), hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+#: the tree issue 18 measured (llama-cpp-python 0.3.16's): selectable by its ref, as every older pin
+OLD = {"llama_cpp_ref": "pypi-0.3.16"}
+
+
 def decide(tmp_path, head: int, data: dict | None = None, inst: dict | None = None, model_kw: dict | None = None):
     path, sha = model(tmp_path, head, **(model_kw or {}))
     settings = load_settings("box", {"llama_cpp_instances": {"m": {"model_source": path, "model_sha256": sha,
-                                                                    **(inst or {})}}, **(data or {})})
+                                                                    **(inst or {})}}, **OLD, **(data or {})})
     return plan(settings, [CUDA_124], [], lambda p: True)
 
 
 @pytest.mark.parametrize("head, want", [(64, "f16"), (128, "q8_0"), (256, "f16")])
 def test_default_kv_cache_keeps_attention_on_the_gpu(tmp_path, head, want):
     p, problems = decide(tmp_path, head)
+    assert p.source.ref == "pypi-0.3.16"
     assert not problems
     inst = p.instances[0]
     args = server_args(inst, p.source.flash_attn_style)
@@ -82,7 +87,8 @@ def test_refusal_happens_before_any_command(tmp_path):
     path, sha = model(tmp_path, 64)
     with pytest.raises(SettingsError) as e:
         plan_commands(DEBIAN_13, {"llama_cpp_instances": {"m": {"model_source": path, "model_sha256": sha,
-                                                                "cache_type_k": "q8_0", "cache_type_v": "q8_0"}}})
+                                                                "cache_type_k": "q8_0", "cache_type_v": "q8_0"}},
+                                  **OLD})
     assert "head size 64" in str(e.value)
 
 
@@ -92,6 +98,15 @@ def test_architecture_the_pinned_tree_cannot_load_is_refused_with_a_newer_ref(tm
     assert any("'qwen3next'" in p and "llama_cpp_ref: pypi-0.3.36" in p for p in problems)
     _, problems = decide(tmp_path, 64, data={"llama_cpp_ref": "pypi-0.3.36"}, model_kw={"architecture": "qwen3next"})
     assert not [p for p in problems if "general.architecture" in p]
+
+
+@pytest.mark.parametrize("head", [64, 128, 256])
+def test_current_default_tree_keeps_a_q8_0_cache_on_the_gpu_at_every_measured_head_size(tmp_path, head):
+    # issue 18's table for the current tree: q8_0 KV with -fa ran at GPU speed at head sizes 64, 128 and 256
+    p, problems = decide(tmp_path, head, data={"llama_cpp_ref": "pypi-0.3.36"})
+    assert not problems and p.source.ref == "pypi-0.3.36"
+    args = server_args(p.instances[0], p.source.flash_attn_style)
+    assert "-ctk q8_0 -ctv q8_0" in args and "-fa on" in args
 
 
 def test_architectures_without_the_gpus_capability_are_refused(tmp_path):

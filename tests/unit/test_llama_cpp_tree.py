@@ -139,8 +139,8 @@ def test_pin_data_file_agrees_with_its_archive(version, facts):
 
 def test_registry_keeps_both_pins_and_the_default():
     assert {"pypi-0.3.16", "pypi-0.3.36"} <= set(SOURCES)
-    assert DEFAULT_SOURCE is SOURCES["pypi-0.3.16"] and DEFAULT_SOURCE.sha256 == SHA["0.3.16"]
-    assert DEFAULT_SOURCE.flash_attn_style == "flag"
+    assert DEFAULT_SOURCE is SOURCES["pypi-0.3.36"] and DEFAULT_SOURCE.sha256 == SHA["0.3.36"]
+    assert DEFAULT_SOURCE.flash_attn_style == "value" and SOURCES["pypi-0.3.16"].flash_attn_style == "flag"
 
 
 def test_relative_pypi_urls_are_made_absolute():
