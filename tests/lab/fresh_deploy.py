@@ -3,10 +3,10 @@ the base and tuning roles (apt sources, packages, service user, kernel settings)
 
 from pyinfra import host
 
-from roles.base import deploy as base
-from roles.tuning import deploy as tuning
+from roles.base.deploy import base
+from roles.tuning.deploy import tuning
 from roles.preflight import preflight
 
 plan = preflight(host)
-base.base(plan.settings, plan.platform)
-tuning.tuning(plan.settings)
+base(plan.settings, plan.platform)
+tuning(plan.settings)
