@@ -127,3 +127,18 @@ def test_context_beyond_training_needs_rope_scaling_or_an_allow(tmp_path):
     assert "--rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 4096" in args
     _, problems = decide(tmp_path, 64, inst={"context": 8192, "parallel": 2}, model_kw=kw)  # 4096 per slot
     assert not problems
+
+
+@pytest.mark.parametrize("inst, data, model_kw, key", [
+    ({"cache_type_k": "q8_0", "cache_type_v": "q8_0"}, OLD, {}, "cache_type_k"),
+    ({}, OLD, {"architecture": "qwen3next"}, "general.architecture"),
+    ({}, {"llama_cpp_cuda_architectures": ["75", "86", "89"]}, {}, "llama_cpp_cuda_architectures"),
+    ({"context": 65536}, {}, {"n_ctx": 32768}, "llama_cpp_instances.m.context"),
+], ids=["cpu-attention", "architecture", "cuda-architectures", "context"])
+def test_plan_level_each_refusal_before_any_command(tmp_path, inst, data, model_kw, key):
+    """Facts in, commands out (tests/plan/harness.py): deploy.py stops in the preflight, no command is recorded."""
+    path, sha = model(tmp_path, 64, **model_kw)
+    with pytest.raises(SettingsError) as e:
+        plan_commands(DEBIAN_13, {"llama_cpp_instances": {"m": {"model_source": path, "model_sha256": sha, **inst}},
+                                  **data})
+    assert key in str(e.value) and "nothing was changed" in str(e.value)
