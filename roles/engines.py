@@ -16,6 +16,8 @@ from urllib.parse import urlparse
 from roles.nvidia_driver.facts import GpuInfo
 from roles.settings import LlamaCppInstance, Settings, VllmInstance, problem
 
+MIB = 1 << 20
+
 
 def is_url(s: str) -> bool:
     """True for an http(s) URL; anything else is a path on the control machine."""
@@ -82,3 +84,42 @@ def gpu_count(settings: Settings, gpus: list[GpuInfo]) -> int:
 def gpu_memory_mib(settings: Settings, gpus: list[GpuInfo]) -> int:
     """VRAM of the smallest listed GPU in MiB, else gpu_memory_mib."""
     return min(g["memory_mib"] for g in gpus) if gpus else settings.gpu_memory_mib
+
+
+def gpu_claims(llama_instances: list[tuple[str, list[int] | None, int | None]],
+               vllm_instances: list[tuple[str, list[int] | None, int, float]], n_gpus: int, gpu_mib: int
+               ) -> dict[int, list[tuple[str, int | None]]]:
+    """Who claims how much of each GPU, across both engines: {GPU index: [(unit, bytes or None), ...]}.
+
+    llama_instances: (llama-server@NAME, gpus setting or None, the planner's total bytes per GPU, None when the
+    model is not readable before the deploy); llama-server spreads its layers over every GPU it sees (gpus, else
+    all n_gpus), so it claims each of them.
+    vllm_instances: (vllm@NAME, gpus setting or None, tensor_parallel_size, gpu_memory_utilization); vLLM takes
+    its share of the whole GPU on the first tensor_parallel_size GPUs it sees. gpu_mib: VRAM per GPU in MiB.
+    """
+    claims: dict[int, list[tuple[str, int | None]]] = {}
+    for unit, gpus, per_gpu in llama_instances:
+        for g in gpus or range(n_gpus):
+            claims.setdefault(g, []).append((unit, per_gpu))
+    for unit, gpus, tp, share in vllm_instances:
+        for g in (gpus or list(range(n_gpus)))[:tp]:
+            claims.setdefault(g, []).append((unit, int(share * gpu_mib * MIB)))
+    return claims
+
+
+def shared_gpu_problems(claims: dict[int, list[tuple[str, int | None]]], gpu_mib: int) -> list[str]:
+    """One problem per GPU that instances of both engines share and together overfill (bytes they claim above
+    gpu_mib MiB); instances of one engine alone are checked by that engine's role. Unknown sizes count 0."""
+    problems = []
+    for g, users in sorted(claims.items()):
+        engines = {unit.split("@")[0] for unit, _ in users}
+        total = sum(b or 0 for _, b in users)
+        if len(engines) < 2 or total <= gpu_mib * MIB:
+            continue
+        shown = {unit: f"{(b or 0) / MIB:.0f} MiB" for unit, b in users}
+        problems.append(problem("gpus", shown, f"llama-server and vLLM instances share GPU {g} and claim "
+                                f"{total / MIB:.0f} MiB of its {gpu_mib} MiB together (llama-server's planned "
+                                "total plus vLLM's gpu_memory_utilization share): the second to start runs out of "
+                                "memory", "give the instances different GPUs (gpus: [...] on each), lower the vLLM "
+                                "instance's gpu_memory_utilization, or shorten the llama-server context"))
+    return problems

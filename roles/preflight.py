@@ -3,7 +3,7 @@ before any operation is added. A refusal raises SettingsError, which stops the d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyinfra import logger
 from pyinfra.api.host import Host
@@ -14,6 +14,7 @@ from pyinfra.facts.server import OsRelease, Sysctl, Users
 from roles.base import decide as base
 from roles.cuda import decide as cuda
 from roles.cuda.versions import Toolkit
+from roles.engines import gpu_claims, gpu_count, gpu_memory_mib, shared_gpu_problems
 from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver import decide as nvidia_driver
 from roles.nvidia_driver.facts import NvidiaGpus
@@ -35,6 +36,8 @@ class HostPlan:
     toolkits: list[Toolkit]  # default toolkit first
     llama_cpp: llama_cpp.LlamaCppPlan | None  # None: no llama-server instance configured
     vllm: vllm.VllmPlan | None  # None: no vLLM instance configured
+    #: {GPU index: [(unit, bytes it claims or None), ...]} across both engines (roles/engines.py gpu_claims)
+    gpu_claims: dict = field(default_factory=dict)
 
 
 def preflight(host: Host) -> HostPlan:
@@ -60,6 +63,20 @@ def preflight(host: Host) -> HostPlan:
     served, more = vllm.plan(settings, python, gpus, driver.pin.version if driver else None,
                              lambda path: host.get_fact(HfModelDir, path=path), ports)
     problems += more
+    claims = gpu_claims_of(settings, gpus, llama, served)
+    problems += shared_gpu_problems(claims, gpu_memory_mib(settings, gpus))
     if problems or driver is None:
         raise SettingsError(host.name, problems)
-    return HostPlan(settings, platform, driver, toolkits, llama, served)
+    return HostPlan(settings, platform, driver, toolkits, llama, served, claims)
+
+
+def gpu_claims_of(settings: Settings, gpus: list, llama: llama_cpp.LlamaCppPlan | None,
+                  served: vllm.VllmPlan | None) -> dict[int, list[tuple[str, int | None]]]:
+    """Each GPU's users across both engines with the bytes they claim (roles/engines.py gpu_claims)."""
+    return gpu_claims(
+        [(f"llama-server@{i.name}", i.settings.gpus, i.memory.total_bytes if i.memory else None)
+         for i in llama.instances]
+        if llama else [],
+        [(f"vllm@{i.name}", i.settings.gpus, i.settings.tensor_parallel_size, i.settings.gpu_memory_utilization)
+         for i in served.instances] if served else [],
+        gpu_count(settings, gpus), gpu_memory_mib(settings, gpus))

@@ -76,6 +76,9 @@ class LlamaCppInstance(BaseModel):
     metrics: bool = Field(True, description="--metrics: Prometheus endpoint")
     allow_offload: bool = Field(
         False, description="accept a plan that runs layers on the CPU (single-digit tokens/s); refused otherwise")
+    gpus: list[Annotated[int, Field(ge=0, le=15)]] | None = Field(
+        None, min_length=1, description="CUDA_VISIBLE_DEVICES indices, each once; None: all GPUs (layers are "
+                                        "split over them)")
     api_key_file: str | None = Field(
         None, min_length=1,
         description="control-machine file holding the API key (installed 0600, never on the command line)")
@@ -85,6 +88,8 @@ class LlamaCppInstance(BaseModel):
     def _listen_address(cls, v: str) -> str:
         ipaddress.ip_address(v)  # ValueError names the value: an IP address, no port, no host name
         return v
+
+    _unique_gpus = field_validator("gpus")(lambda v: _once_each(v, "GPU"))
 
 
 class VllmInstance(BaseModel):

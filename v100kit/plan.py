@@ -40,6 +40,9 @@ def summarize(host, plan: HostPlan) -> dict:
                 "model": inst.model_path, "plan": _memory(inst.memory),
                 "kv_cache": None if kv is None else {"type_k": kv.cache_type_k, "type_v": kv.cache_type_v,
                                                      "flash_attn": kv.flash_attn, "why": kv.why}}
+    out["gpus"] = {str(g): {"claims_mib": {u: None if b is None else round(b / MiB) for u, b in users},
+                            "total_mib": round(sum(b or 0 for _, b in users) / MiB)}
+                   for g, users in sorted(plan.gpu_claims.items())}
     if plan.vllm:
         out["vllm"] = {"version": plan.vllm.release.version, "engine": plan.vllm.release.engine,
                        "python": plan.vllm.python, "venv": plan.vllm.venv}
@@ -61,6 +64,9 @@ def table(results: dict) -> str:
         if r["vllm"]:
             v = r["vllm"]
             lines.append(f"   vLLM {v['version']} ({v['engine']} engine, Python {v['python']}) {v['venv']}")
+        for g, d in r.get("gpus", {}).items():
+            users = ", ".join(f"{u} {'?' if m is None else m}" for u, m in d["claims_mib"].items())
+            lines.append(f"   GPU {g}: {d['total_mib']} MiB claimed ({users})")
         for inst, d in r["instances"].items():
             p = d["plan"]
             if d.get("kv_cache"):

@@ -165,7 +165,7 @@ def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gg
     from gpu_memory_mib / gpu_count. Refuses a model that does not fit, and one that would offload layers to the
     CPU without allow_offload."""
     gpu_mib = gpu_memory_mib(settings, gpus)
-    n_gpus = gpu_count(settings, gpus)
+    n_gpus = len(s.gpus) if s.gpus else gpu_count(settings, gpus)
     mplan = planner.plan_llama_cpp(model, gpu_mib, n_gpus, max(1, s.context // s.parallel), kv.cache_type_k,
                                    kv.cache_type_v, s.parallel, settings.gpu_usable_fraction, s.n_gpu_layers)
     mplan = replace(mplan, reasons=[f"KV cache {kv.cache_type_k}/{kv.cache_type_v}: {kv.why}", *mplan.reasons])
@@ -251,6 +251,11 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
                                  "reachable from the network without an API key",
                                  "set api_key_file, or listen on 127.0.0.1 behind your own proxy")
     api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
+    if inst.gpus and max(inst.gpus) >= gpu_count(settings, gpus):
+        n = gpu_count(settings, gpus)
+        more.append(problem(f"{key}.gpus", inst.gpus, f"this host has GPUs 0..{n - 1}"
+                            + ("" if gpus else " (gpu_count; no driver answers yet)"),
+                            "list existing GPU indices, or leave gpus unset"))
     if kv is None:  # the header is read on no machine before the deploy: the settings as given, f16 where unset
         kv, even_more = choose_kv(key, inst, None, None, tree.fa_form, compute_capability(settings, gpus),
                                   tree.fa_all_quants)
@@ -329,6 +334,14 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     args = cmake_args(settings, tk, archs)
     return LlamaCppPlan(src, not is_url(src.url), tk, archs, args, prefix(src, tk, archs, args), tuple(instances),
                         gpu_visible=bool(gpus)), []
+
+
+def environment(inst: Instance, flash_attn_style: str) -> str:
+    """The instance's EnvironmentFile: LLAMA_SERVER_ARGS, and CUDA_VISIBLE_DEVICES where `gpus` is set."""
+    env = f"LLAMA_SERVER_ARGS={server_args(inst, flash_attn_style)}\n"
+    if inst.settings.gpus:
+        env += f"CUDA_VISIBLE_DEVICES={','.join(str(g) for g in inst.settings.gpus)}\n"
+    return env
 
 
 def server_args(inst: Instance, flash_attn_style: str) -> str:

@@ -16,7 +16,7 @@ from pyinfra.operations import apt, files, systemd
 from pyinfra.operations.util import any_changed
 
 from roles.engines import is_url
-from roles.llama_cpp.decide import CCACHE_DIR, CONFIG_DIR, CURRENT, STAMP, WORK, LlamaCppPlan, server_args
+from roles.llama_cpp.decide import CCACHE_DIR, CONFIG_DIR, CURRENT, STAMP, WORK, LlamaCppPlan, environment
 from roles.llama_cpp.facts import ServerEvidence
 from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.ops import current_link, instance_config, remove_instances, restart_then_run, verified
@@ -128,7 +128,7 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
                 verified(name=f"{inst.name}: model checksum", path=inst.model_path, sha256=sha)
             changed.append(model)
         changed += instance_config(inst.name, CONFIG_DIR,
-                                   f"LLAMA_SERVER_ARGS={server_args(inst, p.source.flash_attn_style)}\n",
+                                   environment(inst, p.source.flash_attn_style),
                                    "LLAMA_API_KEY", inst.api_key)
         unit_name = f"llama-server@{inst.name}"
         started = restart_then_run(unit_name, changed, "unit, settings, model or binary")
