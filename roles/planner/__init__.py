@@ -19,6 +19,8 @@ from .units import (
     CUDA_CONTEXT_BYTES,
     GB,
     HOST_BANDWIDTH_BYTES_S,
+    LLAMA_CPP_CUDA_CONTEXT_BYTES,
+    LLAMA_CPP_CUDA_CONTEXT_MIB,
     V100_16GB_MIB,
     V100_32GB_MIB,
     V100_BANDWIDTH_BYTES_S,
@@ -27,14 +29,15 @@ from .units import (
     MiB,
     Outcome,
     Plan,
+    llama_cpp_cuda_context_bytes,
 )
 from .models import GgufModel, HfModel, hf_model_from_config, hf_text_config, read_gguf, read_hf, safetensors_sizes
 from .kv import LLAMA_CPP_CACHE_TYPES, LLAMA_CPP_FA_CACHE_TYPES, VLLM_KV_CACHE_DTYPES, kv_bytes_per_token
 from .llama_cpp import (
-    LLAMA_CPP_COMPUTE_BUFFER_BYTES,
     LLAMA_CPP_CTX_PAD,
-    LLAMA_CPP_KQ_MASK_BYTES_PER_CTX_TOKEN,
+    LLAMA_CPP_KQ_MASK_PAD,
     LLAMA_CPP_N_UBATCH,
+    llama_compute_buffer,
     plan_llama_cpp,
 )
 from .vllm import (
@@ -52,8 +55,8 @@ from .vllm import (
 
 __all__ = [
     "CUDA_CONTEXT_BYTES", "GB", "GPTQ_4BIT_FRACTION_OF_FP16", "GgufModel", "GiB", "HOST_BANDWIDTH_BYTES_S", "HfModel",
-    "LLAMA_CPP_CACHE_TYPES", "LLAMA_CPP_COMPUTE_BUFFER_BYTES", "LLAMA_CPP_CTX_PAD", "LLAMA_CPP_FA_CACHE_TYPES",
-    "LLAMA_CPP_KQ_MASK_BYTES_PER_CTX_TOKEN", "LLAMA_CPP_N_UBATCH", "MiB", "Outcome", "Plan", "V100_16GB_MIB",
+    "LLAMA_CPP_CACHE_TYPES", "LLAMA_CPP_CTX_PAD", "LLAMA_CPP_CUDA_CONTEXT_BYTES", "LLAMA_CPP_CUDA_CONTEXT_MIB",
+    "LLAMA_CPP_FA_CACHE_TYPES", "LLAMA_CPP_KQ_MASK_PAD", "llama_compute_buffer", "llama_cpp_cuda_context_bytes", "LLAMA_CPP_N_UBATCH", "MiB", "Outcome", "Plan", "V100_16GB_MIB",
     "V100_32GB_MIB", "V100_BANDWIDTH_BYTES_S", "VLLM_ACTIVATION_PEAK_BYTES", "VLLM_ACTIVATION_REF_TOKENS",
     "VLLM_BLOCK_SIZE", "VLLM_CHUNKED_PREFILL_ABOVE", "VLLM_CUDA_CONTEXT_BYTES", "VLLM_KV_CACHE_DTYPES",
     "VLLM_MIN_BATCHED_TOKENS", "VLLM_NON_TORCH_BYTES", "VLLM_TP_CANDIDATES", "VLLM_TP_COMM_BYTES",

@@ -12,7 +12,7 @@ from . import messages
 from .kv import LLAMA_CPP_CACHE_TYPES, LLAMA_CPP_FA_CACHE_TYPES, _bytes_per_element, _row_bytes
 from .models import GgufModel
 from .units import (
-    CUDA_CONTEXT_BYTES,
+    LLAMA_CPP_CUDA_CONTEXT_BYTES,
     MiB,
     Outcome,
     Plan,
@@ -26,14 +26,20 @@ from .units import (
 LLAMA_CPP_N_UBATCH = 512
 #: llama.cpp rounds the KV cache (n_ctx) up to a multiple of 256. (llama-context.cpp, GGML_PAD(n_ctx, 256); H)
 LLAMA_CPP_CTX_PAD = 256
-#: The "CUDA0 compute buffer size" llama-server logs with flash attention at -ub 512 is dominated by the f32
-#: logits, n_vocab x 512 x 4 bytes: ~258 MiB for a 128k vocabulary, ~520 MiB for 262k. 512 MiB covers
-#: vocabularies up to ~256k; flash attention is assumed (Volta has it, docs/volta.md §5; a quantized V cache
-#: requires it). (M)
-LLAMA_CPP_COMPUTE_BUFFER_BYTES = 512 * MiB
-#: The compute buffer also holds the KQ mask, one row per context token: f32 [n_ctx, n_ubatch] plus its f16
-#: copy for flash attention, i.e. 512 x (4 + 2) bytes per context token. (llama-graph.cpp self_kq_mask; M)
-LLAMA_CPP_KQ_MASK_BYTES_PER_CTX_TOKEN = LLAMA_CPP_N_UBATCH * (4 + 2)
+#: ggml pads the KQ mask's token dimension to a multiple of 64. (ggml.h GGML_KQ_MASK_PAD; llama-graph.cpp
+#: build_attn_inp_kv_unified: self_kq_mask [n_kv, GGML_PAD(n_tokens, GGML_KQ_MASK_PAD)]; H)
+LLAMA_CPP_KQ_MASK_PAD = 64
+#: Vocabulary assumed when a GGUF header states none: 256k tokens covers today's largest (Gemma 3, 262144). (M)
+LLAMA_CPP_UNKNOWN_VOCAB = 262144
+#: f32 activations [n_embd, n_ubatch] alive next to the large tensors of a phase (residual stream, its norm, Q,
+#: the attention output, the GPU copy of the token embeddings): 4 measured at 131072 tokens with flash attention
+#: (416 MiB logged = 384 of mask + 4 x 8), 4.5 without (564 = 16 + 512 + 36); 5 is the bound. (issue 12; M)
+LLAMA_CPP_LIVE_ACTIVATIONS = 5
+#: The CUDA backend takes over a matrix multiplication whose weights are in host memory when the batch is >= 32
+#: tokens: the scheduler then copies the weights into the GPU compute buffer. (ggml-cuda.cu
+#: ggml_backend_cuda_device_offload_op min_batch_size = 32; ggml-backend.cpp ggml_backend_sched_backend_id_from_cur
+#: "1.off"; H)
+LLAMA_CPP_OFFLOAD_MIN_BATCH = 32
 #: Largest trained context assumed when a GGUF does not record one, in tokens.
 _UNKNOWN_TRAINED_CONTEXT = 1 << 22
 #: Upper end of the search for the context VRAM alone would allow, in tokens.
@@ -56,8 +62,46 @@ class _LlamaUsage:
         return self.weights + self.kv + self.compute + self.context
 
 
+def llama_compute_buffer(model: GgufModel, kv_tokens: int, layers_on_gpu: int, output_on_gpu: bool,
+                         flash_attn: bool = True, n_ubatch: int = LLAMA_CPP_N_UBATCH) -> int:
+    """The "CUDA0 compute buffer size" llama-server logs, in bytes: the peak of ggml-alloc's reservation for the
+    worst-case graph (llama-context.cpp graph_reserve: n_ubatch tokens, all of them outputs, n_kv = the whole KV
+    cache). ggml-alloc frees a tensor after its last use and runs element-wise ops in place, so the buffer is the
+    largest phase of the graph, not the sum of its tensors:
+
+    - output: the f32 logits [n_vocab, n_ubatch] (llama-graph.cpp res->t_logits) next to the final norm
+      [n_embd, n_ubatch]; with the output layer left on the CPU (-ngl <= n_layers) the CUDA backend still runs its
+      matmul (batch >= 32) and the scheduler copies the output weights into this buffer for it (the issue's -ngl 20
+      case: 411.0 + 250.5 + 8 = 669.5 MiB logged);
+    - attention, per layer (freed before the next): flash attention keeps the f32 KQ mask [n_kv, pad(n_ubatch, 64)]
+      and its f16 cast (llama-graph.cpp kq_mask_cnv = ggml_cast(..., GGML_TYPE_F16)); without flash attention the
+      f32 mask and KQ = mul_mat(k, q), f32 [n_kv, n_ubatch, n_head], which soft_max_ext overwrites in place
+      (llama-graph.cpp build_attn_mha);
+    - a layer left on the CPU: its weights copied in for the offloaded matmuls (bounded by its whole size);
+    each plus LLAMA_CPP_LIVE_ACTIVATIONS f32 [n_embd, n_ubatch] activations.
+    """
+    act = 4 * n_ubatch * model.embd
+    vocab = model.n_vocab or LLAMA_CPP_UNKNOWN_VOCAB
+    offload = n_ubatch >= LLAMA_CPP_OFFLOAD_MIN_BATCH
+    output = 4 * n_ubatch * vocab + act
+    if not output_on_gpu and offload:
+        output += model.output_gpu_bytes
+    phases = [output]
+    if layers_on_gpu > 0:
+        mask = kv_tokens * _pad(n_ubatch, LLAMA_CPP_KQ_MASK_PAD)
+        if flash_attn:
+            attention = mask * (4 + 2)
+        else:
+            attention = mask * 4 + 4 * kv_tokens * n_ubatch * model.n_head
+        phases.append(attention + LLAMA_CPP_LIVE_ACTIVATIONS * act)
+    if layers_on_gpu < model.n_layers and offload:
+        phases.append(max(model.layer_bytes[:model.n_layers - layers_on_gpu]) + LLAMA_CPP_LIVE_ACTIVATIONS * act)
+    return max(phases)
+
+
 def _llama_usage(model: GgufModel, n_gpus: int, kv_layer_tok: int, layers_on_gpu: int, output_on_gpu: bool,
-                 kv_tokens: int) -> _LlamaUsage:
+                 kv_tokens: int, flash_attn: bool = True, cuda_context: int = LLAMA_CPP_CUDA_CONTEXT_BYTES
+                 ) -> _LlamaUsage:
     """Memory per GPU and bytes read per token with the last `layers_on_gpu` layers (and the output layer if
     `output_on_gpu`) on the GPUs and a KV cache of `kv_tokens` tokens; kv_layer_tok: K+V bytes per token per layer."""
     # llama.cpp offloads the *last* layers_on_gpu blocks; each layer's KV lives with its layer.
@@ -70,8 +114,8 @@ def _llama_usage(model: GgufModel, n_gpus: int, kv_layer_tok: int, layers_on_gpu
     return _LlamaUsage(
         weights=-(-gpu_w // n_gpus),
         kv=-(-kv_total // n_gpus),
-        compute=LLAMA_CPP_COMPUTE_BUFFER_BYTES + LLAMA_CPP_KQ_MASK_BYTES_PER_CTX_TOKEN * kv_tokens,
-        context=CUDA_CONTEXT_BYTES,
+        compute=llama_compute_buffer(model, kv_tokens, layers_on_gpu, output_on_gpu, flash_attn),
+        context=cuda_context,
         host_read=host_read,
         gpu_weights_total=gpu_w,
         gpu_kv_per_token=kv_layer_tok * layers_on_gpu,
@@ -94,6 +138,8 @@ class _LlamaCase:
     n_gpu_layers: int
     budget: int  # bytes per GPU: gpu_mib x usable_fraction
     kv_layer_tok: int  # K+V bytes per token of one layer
+    flash_attn: bool = True
+    cuda_context: int = LLAMA_CPP_CUDA_CONTEXT_BYTES  # bytes per GPU outside the logged buffers
 
     @property
     def n(self) -> int:
@@ -112,7 +158,8 @@ class _LlamaCase:
         return _pad(context * self.parallel, LLAMA_CPP_CTX_PAD)
 
     def usage(self, layers: int, output: bool, tokens: int) -> _LlamaUsage:
-        return _llama_usage(self.model, self.n_gpus, self.kv_layer_tok, layers, output, tokens)
+        return _llama_usage(self.model, self.n_gpus, self.kv_layer_tok, layers, output, tokens, self.flash_attn,
+                            self.cuda_context)
 
 
 @dataclass(frozen=True)
@@ -226,7 +273,8 @@ def _llama_smaller_kv(case: _LlamaCase) -> str | None:
     for smaller in ("q8_0", "q4_0"):
         if _bytes_per_element(smaller) < current:
             alt = plan_llama_cpp(case.model, case.gpu_mib, case.n_gpus, case.context, smaller, smaller,
-                                 case.parallel, case.usable_fraction, case.n_gpu_layers)
+                                 case.parallel, case.usable_fraction, case.n_gpu_layers, flash_attn=case.flash_attn,
+                                 cuda_context_bytes=case.cuda_context)
             if alt.fits:
                 return messages.llama_or_smaller_kv(smaller)
     return None
@@ -279,12 +327,16 @@ def _llama_reasons(case: _LlamaCase, f: _LlamaFigures) -> list[str]:
 
 
 def plan_llama_cpp(model: GgufModel, gpu_mib: int, n_gpus: int, context: int, cache_type_k: str, cache_type_v: str,
-                   parallel: int, usable_fraction: float, n_gpu_layers: int = 99) -> Plan:
+                   parallel: int, usable_fraction: float, n_gpu_layers: int = 99, *, flash_attn: bool = True,
+                   cuda_context_bytes: int | None = None) -> Plan:
     """Plan a llama-server instance: `context` tokens per slot, `parallel` slots (the server then needs
     `-c context*parallel -np parallel`), KV cache types `cache_type_k/_v` (-ctk/-ctv), `n_gpu_layers` (-ngl; more
     than the layer count also puts the output layer on the GPU), on `n_gpus` GPUs of `gpu_mib` MiB each with the
     default layer split. The budget per GPU is gpu_mib x usable_fraction; the CUDA context and compute buffer are
     counted explicitly on top of weights and KV, so usable_fraction is only the safety margin left unused.
+    flash_attn: whether llama-server runs with flash attention (without it the compute buffer holds a layer's KQ
+    scores, llama_compute_buffer). cuda_context_bytes: memory per GPU outside the logged buffers, e.g.
+    units.llama_cpp_cuda_context_bytes(gpu, cuda); None: LLAMA_CPP_CUDA_CONTEXT_BYTES (the conservative V100 row).
 
     Outcome: "fits"; "does_not_fit" (the weights fit but not with the KV cache and buffers: reasons name the
     largest context and the largest weight size that fit); "offload" (the GPU-resident weights alone exceed the
@@ -297,7 +349,9 @@ def plan_llama_cpp(model: GgufModel, gpu_mib: int, n_gpus: int, context: int, ca
     kv_layer_tok = (_row_bytes(model.n_kv_heads * model.head_dim, cache_type_k)
                     + _row_bytes(model.n_kv_heads * model.v_head_dim, cache_type_v))
     case = _LlamaCase(model, gpu_mib, n_gpus, context, cache_type_k, cache_type_v, parallel, usable_fraction,
-                      n_gpu_layers, budget=int(gpu_mib * MiB * usable_fraction), kv_layer_tok=kv_layer_tok)
+                      n_gpu_layers, budget=int(gpu_mib * MiB * usable_fraction), kv_layer_tok=kv_layer_tok,
+                      flash_attn=flash_attn,
+                      cuda_context=LLAMA_CPP_CUDA_CONTEXT_BYTES if cuda_context_bytes is None else cuda_context_bytes)
     kv_tok = kv_layer_tok * model.n_layers
     f = _llama_figures(case)
     p = f.planned

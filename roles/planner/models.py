@@ -34,6 +34,8 @@ class GgufModel:
     output_bytes: int = 0  # output.weight, output_norm.* and any other tensor outside blk.N
     tied_output: bool = False  # no output.weight: llama.cpp copies token_embd to the GPU as the output layer
     head_dim_v: int = 0  # V head size when it differs from head_dim (value_length); 0: same as head_dim
+    n_embd: int = 0  # embedding_length; 0: not known, taken as n_head x head_dim
+    n_vocab: int = 0  # vocabulary size (rows of the output layer); 0: not known
 
     def __post_init__(self) -> None:
         if self.n_layers <= 0 or self.n_kv_heads <= 0 or self.head_dim <= 0:
@@ -55,6 +57,11 @@ class GgufModel:
     def output_gpu_bytes(self) -> int:
         """Bytes the output layer takes on the GPU when it is offloaded (-ngl > n_layers)."""
         return self.output_bytes + (self.token_embd_bytes if self.tied_output else 0)
+
+    @property
+    def embd(self) -> int:
+        """Hidden size: embedding_length, else n_head x head_dim (llama-like models)."""
+        return self.n_embd or self.n_head * self.head_dim
 
     @property
     def v_head_dim(self) -> int:
@@ -155,7 +162,8 @@ def _open_gguf(path: Path) -> Any:
 
 def _gguf_shape(path: Path, reader: Any) -> dict[str, Any]:
     """The GgufModel fields a GGUF header states: architecture, n_layers, n_head, n_kv_heads, head_dim (K head
-    size), head_dim_v (0 unless the V head size differs), context_length (tokens; 0 if absent).
+    size), head_dim_v (0 unless the V head size differs), context_length (tokens; 0 if absent), n_embd and n_vocab
+    (vocab_size, else the tokenizer's token count; 0 if absent).
     Raises ValueError when the architecture, block count, head count or a way to the head size is missing."""
     arch = _gguf_value(reader, "general.architecture")
     if not arch:
@@ -177,6 +185,11 @@ def _gguf_shape(path: Path, reader: Any) -> dict[str, Any]:
             raise ValueError(f"{path}: no {arch}.attention.key_length and no head count to derive it")
         key_length = int(need("embedding_length")) // n_head
     value_length = _gguf_value(reader, f"{arch}.attention.value_length")
+    n_embd = _gguf_value(reader, f"{arch}.embedding_length")
+    n_vocab = _gguf_value(reader, f"{arch}.vocab_size")
+    if n_vocab is None:
+        tokens = reader.get_field("tokenizer.ggml.tokens")
+        n_vocab = len(tokens.data) if tokens is not None else 0
     context_length = _gguf_value(reader, f"{arch}.context_length")
     return dict(
         architecture=str(arch),
@@ -186,6 +199,8 @@ def _gguf_shape(path: Path, reader: Any) -> dict[str, Any]:
         head_dim=int(key_length),
         context_length=int(context_length or 0),
         head_dim_v=int(value_length) if value_length is not None and int(value_length) != int(key_length) else 0,
+        n_embd=int(n_embd or 0),
+        n_vocab=int(n_vocab or 0),
     )
 
 

@@ -30,6 +30,34 @@ HOST_BANDWIDTH_BYTES_S = 50e9
 #: (default since CUDA 12.2), cuBLAS handle and workspace. Typical nvidia-smi "used" of an idle CUDA process is
 #: 250-400 MiB; vLLM users see ~400 MiB per GPU before the model loads (torch loads more kernels). (M)
 CUDA_CONTEXT_BYTES = 300 * MiB
+#: llama-server per GPU outside the buffers it logs (model, KV, compute): the CUDA context, cuBLAS handle and
+#: workspace, ggml-cuda's memory pool (f16 copies of activations for cuBLAS, FA temporaries) and the loaded kernels;
+#: MiB by (GPU, CUDA version). Source per row:
+#:  - ("h200", "13"): measured, issue 12 table (nvidia-smi used_memory minus the logged buffers: 592.5-598.5 MiB over
+#:    six cases, rounded up). (H for that machine)
+#:  - ("v100", "12.4"): conservative bound, not measured: the H200 figure. CUDA 12.2+ loads modules lazily (same
+#:    as the H200's CUDA 13), a V100 has fewer SMs (80 against 132: smaller per-SM local-memory reservation) and
+#:    cuBLAS reserves a smaller workspace before Hopper. (M)
+#:  - ("v100", "11.8"): conservative bound, not measured: the H200 figure plus 200 MiB, because CUDA 11.8 loads
+#:    every kernel of libggml-cuda eagerly (CUDA_MODULE_LOADING=LAZY became the default in 12.2), and an sm_70-only
+#:    libggml-cuda is well under 200 MiB of device code. (M)
+LLAMA_CPP_CUDA_CONTEXT_MIB = {
+    ("h200", "13"): 600,
+    ("v100", "12.4"): 600,
+    ("v100", "11.8"): 800,
+}
+#: What the llama.cpp plan counts when the caller does not say which GPU and CUDA: the largest V100 row. (M)
+LLAMA_CPP_CUDA_CONTEXT_BYTES = max(v for (gpu, _), v in LLAMA_CPP_CUDA_CONTEXT_MIB.items() if gpu == "v100") * MiB
+
+
+def llama_cpp_cuda_context_bytes(gpu: str, cuda_version: str) -> int:
+    """LLAMA_CPP_CUDA_CONTEXT_MIB's row for a GPU (h200, v100) and CUDA version ("12.4", "13.0"), in bytes: the
+    exact version, else its major version, else the conservative default LLAMA_CPP_CUDA_CONTEXT_BYTES."""
+    gpu = gpu.lower()
+    for key in ((gpu, cuda_version), (gpu, cuda_version.split(".")[0])):
+        if key in LLAMA_CPP_CUDA_CONTEXT_MIB:
+            return LLAMA_CPP_CUDA_CONTEXT_MIB[key] * MiB
+    return LLAMA_CPP_CUDA_CONTEXT_BYTES
 VLLM_CUDA_CONTEXT_BYTES = 400 * MiB
 
 Outcome = Literal["fits", "does_not_fit", "offload"]

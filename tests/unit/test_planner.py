@@ -41,7 +41,7 @@ USABLE = 1.0
 
 def write_gguf(path: Path, *, n_layers: int, n_kv_heads: int, head_dim: int, context_length: int,
                n_head: int = 32, tied: bool = False, kv_per_layer: list[int] | None = None,
-               with_key_length: bool = True) -> Path:
+               with_key_length: bool = True, vocab_size: int | None = None) -> Path:
     """A real GGUF file with the given header shape and tiny f32 tensors: per layer 64 + 32 elements, token
     embedding 128 elements, output 256 + output_norm 16 elements (unless tied)."""
     w = gguf.GGUFWriter(path, "llama")
@@ -53,6 +53,8 @@ def write_gguf(path: Path, *, n_layers: int, n_kv_heads: int, head_dim: int, con
         w.add_value_length(head_dim)
     w.add_embedding_length(n_head * head_dim)
     w.add_context_length(context_length)
+    if vocab_size is not None:
+        w.add_vocab_size(vocab_size)
     f32 = np.float32
     w.add_tensor("token_embd.weight", np.zeros((8, 16), f32))
     for i in range(n_layers):
@@ -105,9 +107,10 @@ def write_hf(directory: Path, *, n_layers: int, n_heads: int, n_kv_heads: int, h
 
 @pytest.fixture
 def shape_27b(tmp_path: Path) -> GgufModel:
-    """27B-class shape: 64 layers, 4 KV heads of 128, read back from a real GGUF header."""
+    """27B-class shape: 64 layers, 4 KV heads of 128, a 152064-token vocabulary (it sizes the logits in the compute
+    buffer), read back from a real GGUF header."""
     return read_gguf(write_gguf(tmp_path / "27b.gguf", n_layers=64, n_kv_heads=4, head_dim=128,
-                                context_length=131072, n_head=32))
+                                context_length=131072, n_head=32, vocab_size=152064))
 
 
 @pytest.fixture
