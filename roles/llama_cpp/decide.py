@@ -159,15 +159,20 @@ def architecture_problems(archs: tuple[str, ...], tk: Toolkit | None) -> list[st
 
 
 def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gguf_path: str, kv: KvChoice,
-                settings: Settings, gpus: list[GpuInfo]) -> tuple[planner.Plan | None, list[str]]:
+                settings: Settings, gpus: list[GpuInfo], cuda_version: str | None = None
+                ) -> tuple[planner.Plan | None, list[str]]:
     """The planner's verdict for one instance whose GGUF header was read here, with the KV cache types it will
     really run with (`kv`): (plan, problems). VRAM (MiB) and GPU count come from nvidia-smi where it answers, else
     from gpu_memory_mib / gpu_count. Refuses a model that does not fit, and one that would offload layers to the
     CPU without allow_offload."""
     gpu_mib = gpu_memory_mib(settings, gpus)
     n_gpus = len(s.gpus) if s.gpus else gpu_count(settings, gpus)
+    gpu_name = "h200" if gpus and "H200" in gpus[0]["name"] else "v100"  # the rows measured or bounded
+    context_bytes = planner.llama_cpp_cuda_context_bytes(gpu_name, cuda_version) if cuda_version else None
     mplan = planner.plan_llama_cpp(model, gpu_mib, n_gpus, max(1, s.context // s.parallel), kv.cache_type_k,
-                                   kv.cache_type_v, s.parallel, settings.gpu_usable_fraction, s.n_gpu_layers)
+                                   kv.cache_type_v, s.parallel, settings.gpu_usable_fraction, s.n_gpu_layers,
+                                   flash_attn=kv.flash_attn is not False and kv.flash_attn is not None,
+                                   cuda_context_bytes=context_bytes)
     mplan = replace(mplan, reasons=[f"KV cache {kv.cache_type_k}/{kv.cache_type_v}: {kv.why}", *mplan.reasons])
     if mplan.outcome == "fits" or (mplan.outcome == "offload" and s.allow_offload):
         return mplan, []
@@ -197,6 +202,7 @@ class Tree:
     architectures: frozenset[str] | None
     fa_form: str | None
     fa_all_quants: bool
+    cuda_version: str | None = None  # the toolkit it is built with: the CUDA context's size depends on it
 
 
 def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo], tree: Tree
@@ -227,7 +233,7 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     problems += context_problems(key, inst, model.context_length)
     kv, more = choose_kv(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
                          compute_capability(settings, gpus), tree.fa_all_quants)
-    memory, even_more = memory_plan(key, inst, model, path, kv, settings, gpus)
+    memory, even_more = memory_plan(key, inst, model, path, kv, settings, gpus, tree.cuda_version)
     return path, memory, kv, problems + more + even_more
 
 
@@ -318,7 +324,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     problems += more + architecture_problems(archs, tk)
     problems += gpu_architecture_problems(settings.llama_cpp_cuda_architectures,
                                           [g["compute_cap"] for g in gpus] or [settings.gpu_compute_capability])
-    tree = tree_of(src, settings)
+    tree = replace(tree_of(src, settings), cuda_version=tk.version if tk else None)
     items = sorted(settings.llama_cpp_instances.items())
     clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")
     instances = []
