@@ -31,7 +31,7 @@ from .units import (
     Plan,
     llama_cpp_cuda_context_bytes,
 )
-from .models import GgufModel, HfModel, hf_model_from_config, hf_text_config, read_gguf, read_hf, safetensors_sizes
+from .models import GgufModel, HfModel, hf_model_from_config, vllm_derived_max_len, hf_text_config, read_gguf, read_hf, safetensors_sizes
 from .kv import LLAMA_CPP_CACHE_TYPES, LLAMA_CPP_FA_CACHE_TYPES, VLLM_KV_CACHE_DTYPES, kv_bytes_per_token
 from .llama_cpp import (
     LLAMA_CPP_CTX_PAD,
@@ -50,7 +50,13 @@ from .vllm import (
     VLLM_NON_TORCH_BYTES,
     VLLM_TP_CANDIDATES,
     VLLM_TP_COMM_BYTES,
+    VLLM_CUDA_GRAPH_BYTES,
+    VLLM_CUDA_GRAPH_TP_BYTES,
+    VLLM_ENGINES,
     plan_vllm,
+    vllm_activation_bytes,
+    vllm_graph_bytes,
+    vllm_profiled_tokens,
 )
 
 __all__ = [
@@ -61,5 +67,6 @@ __all__ = [
     "VLLM_BLOCK_SIZE", "VLLM_CHUNKED_PREFILL_ABOVE", "VLLM_CUDA_CONTEXT_BYTES", "VLLM_KV_CACHE_DTYPES",
     "VLLM_MIN_BATCHED_TOKENS", "VLLM_NON_TORCH_BYTES", "VLLM_TP_CANDIDATES", "VLLM_TP_COMM_BYTES",
     "hf_model_from_config", "hf_text_config", "kv_bytes_per_token", "plan_llama_cpp", "plan_vllm", "read_gguf",
-    "read_hf", "safetensors_sizes",
+    "read_hf", "safetensors_sizes", "VLLM_CUDA_GRAPH_BYTES", "VLLM_CUDA_GRAPH_TP_BYTES", "VLLM_ENGINES",
+    "vllm_activation_bytes", "vllm_derived_max_len", "vllm_graph_bytes", "vllm_profiled_tokens",
 ]

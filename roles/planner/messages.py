@@ -119,9 +119,13 @@ def vllm_heads_not_divisible(n_heads: int, tp: int) -> str:
     return f"Total number of attention heads ({n_heads}) must be divisible by tensor parallel size ({tp})"
 
 
-def vllm_beyond_max_position(max_model_len: int, max_position_embeddings: int) -> str:
-    return (f"max_model_len {max_model_len} is greater than the model's max_position_embeddings "
-            f"({max_position_embeddings}); vLLM refuses it")
+def vllm_beyond_max_position(max_model_len: int, derived_max_len: int, max_position_embeddings: int) -> str:
+    """A length problem, not a memory one: vLLM's own check against the length it derives from config.json."""
+    how = (f"max_position_embeddings {max_position_embeddings} with its rope_scaling"
+           if derived_max_len != max_position_embeddings else "max_position_embeddings")
+    return (f"max_model_len {max_model_len} is greater than the derived max model len {derived_max_len} "
+            f"({how} in the model's config.json); vLLM refuses it at start-up: set max_model_len to at most "
+            f"{derived_max_len}, or use a build of the model whose config.json states a longer context")
 
 
 def vllm_no_cache_memory(used: str) -> str:
@@ -135,9 +139,16 @@ def vllm_max_seq_len_too_large(max_model_len: int, capacity: int, used: str) -> 
             f"can be stored in KV cache ({capacity}): {used}")
 
 
-def vllm_utilization_leaves_no_context(util: float, outside: int, cuda_context: int) -> str:
+def vllm_utilization_leaves_no_context(util: float, outside: int, cuda_context: int, graphs: int = 0) -> str:
+    """gpu_memory_utilization too high: the CUDA context and the CUDA graphs live outside vLLM's share."""
+    if graphs:
+        return (f"gpu_memory_utilization {util:g} leaves {_mib(outside)} outside vLLM's budget, less than the CUDA "
+                f"context (~{_mib(cuda_context)}) plus the CUDA graphs vLLM captures after sizing the KV cache "
+                f"(~{_mib(graphs)}): it would run out of memory while capturing CUDA graphs. Lower "
+                f"gpu_memory_utilization, or set enforce_eager (no graphs; slower decoding)")
     return (f"gpu_memory_utilization {util:g} leaves {_mib(outside)} outside vLLM's budget, "
-            f"less than the CUDA context (~{_mib(cuda_context)}): it would run out of memory")
+            f"less than the CUDA context (~{_mib(cuda_context)}): it would run out of memory; lower "
+            f"gpu_memory_utilization")
 
 
 def vllm_capacity(capacity: int, max_model_len: int, max_num_seqs: int) -> str:

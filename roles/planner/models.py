@@ -94,6 +94,15 @@ class HfModel:
     weight_bytes: int
     torch_dtype: str = "float16"
     quantization: str | None = None  # quantization_config.quant_method, e.g. "gptq"; None: unquantized
+    hidden_size: int = 0  # 0: not given (planned as n_heads x head_dim)
+    intermediate_size: int = 0  # MLP width; 0: not given (planned as 6 x hidden_size, conservative)
+    vocab_size: int = 0  # 0: not given (planned as 152064, the largest common vocabulary)
+    derived_max_len: int = 0  # vLLM's derived max model len (rope_scaling applied); 0: max_position_embeddings
+
+    @property
+    def max_model_len_limit(self) -> int:
+        """The largest max_model_len vLLM accepts for this config (0: unknown, no limit)."""
+        return self.derived_max_len or self.max_position_embeddings
 
     def __post_init__(self) -> None:
         if min(self.n_layers, self.n_heads, self.n_kv_heads, self.head_dim) <= 0:
@@ -327,6 +336,33 @@ def hf_text_config(config: dict) -> dict:
     return {**config, **text} if isinstance(text, dict) else config
 
 
+#: config.json keys vLLM reads for the model's own maximum length; it takes the smallest present
+#: (vllm/config.py, _get_and_verify_max_len). (H)
+VLLM_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                     "max_sequence_length", "max_seq_length", "seq_len")
+#: rope types whose factor vLLM does not apply to the derived length (they already state the long length). (H)
+VLLM_ROPE_TYPES_UNSCALED = ("su", "longrope", "llama3")
+
+
+def vllm_derived_max_len(config: dict) -> int:
+    """The max model len vLLM derives from a (text) config, as _get_and_verify_max_len does: the smallest of the
+    length keys, then for a rope_scaling other than su/longrope/llama3 times its factor (default 1), starting from
+    original_max_position_embeddings for yarn. 0 when the config states no length."""
+    c = hf_text_config(config)
+    lengths = [int(c[k]) for k in VLLM_MAX_LEN_KEYS if isinstance(c.get(k), (int, float)) and c.get(k)]
+    derived: float = min(lengths) if lengths else 0
+    rope = c.get("rope_scaling")
+    if isinstance(rope, dict) and derived:
+        rope_type = rope.get("rope_type", rope.get("type"))
+        if rope_type not in VLLM_ROPE_TYPES_UNSCALED:
+            factor = rope.get("factor")
+            factor = 1.0 if factor is None else float(factor)
+            if rope_type == "yarn" and rope.get("original_max_position_embeddings"):
+                derived = int(rope["original_max_position_embeddings"])
+            derived *= factor
+    return int(derived)
+
+
 def hf_model_from_config(config: dict, weight_bytes: int, where: str = "config.json") -> HfModel:
     """An HfModel from a parsed config.json and the bytes the weights take on the GPU (`weight_bytes`).
     Raises ValueError naming `where` when the config is not a JSON object, a key the planner needs is missing, or
@@ -357,4 +393,8 @@ def hf_model_from_config(config: dict, weight_bytes: int, where: str = "config.j
         weight_bytes=int(weight_bytes),
         torch_dtype=str(c.get("torch_dtype") or config.get("torch_dtype") or "float16"),
         quantization=str(quant.get("quant_method")) if isinstance(quant, dict) and quant.get("quant_method") else None,
+        hidden_size=int(c.get("hidden_size") or 0),
+        intermediate_size=int(c.get("intermediate_size") or 0),
+        vocab_size=int(c.get("vocab_size") or 0),
+        derived_max_len=vllm_derived_max_len(config),
     )

@@ -25,22 +25,45 @@ from .units import (
 
 #: vLLM's paged KV cache block, in tokens (default --block-size on CUDA). (H)
 VLLM_BLOCK_SIZE = 16
-#: vLLM's "PyTorch activation peak memory" from its profile run at the V0 defaults (max_num_batched_tokens 8192,
-#: max_num_seqs 256): logs show 1.19-1.39 GiB for 1.5B-8B models (vllm#10511, #12529); rounded up to 1.5 GiB. The
-#: profile's batch grows with max_model_len (V0: max(max_model_len, 2048) tokens), so the planner scales this
-#: linearly above 8192 profiled tokens. Not split by tensor parallel: logs show the same peak at TP 1 and 2. (M)
+#: vLLM's "PyTorch activation peak memory" comes from a profile run over max_num_batched_tokens tokens. Per profiled
+#: token it holds about (A x hidden + B x intermediate / TP) fp16 elements (residual stream, gate/up projections and
+#: their product), plus the sampler's fp32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes). Fitted to the logs in tests/data/vllm_startup_corpus.json (vllm#10517: 2.07 GiB at 20000 and 2.99 GiB at
+#: 29000 tokens for Llama-3.1-8B; vllm#11251: 2.53 GiB at 40000 tokens at TP 2; vllm#6746: the 405B at TP 8) and
+#: kept on the high side of every one, so the planner never predicts more KV cache than vLLM finds. (M)
+VLLM_ACT_HIDDEN_ELEMS = 1.0
+VLLM_ACT_MLP_ELEMS = 4.0
+VLLM_ACT_SAMPLER_COPIES = 1
+#: A floor under the profile peak (cuBLAS workspaces, small-batch buffers): logs show >= 1.2 GiB at 8192 tokens
+#: for 8B models and 0.06-1.3 GiB with chunked prefill. (M)
+VLLM_ACTIVATION_FLOOR_BYTES = GiB // 4
+#: Kept for callers: the old flat reference peak and its profiled tokens.
 VLLM_ACTIVATION_PEAK_BYTES = 3 * GiB // 2
 VLLM_ACTIVATION_REF_TOKENS = 8192
-#: V0 turns chunked prefill on above a 32k max_model_len and then profiles 2048-token batches. (vLLM
-#: EngineArgs defaults; M)
+#: V0 turns chunked prefill on above a 32k max_model_len when served by `vllm serve` (usage context
+#: OPENAI_API_SERVER; the LLM class does not) and then profiles max_num_batched_tokens = 512 (SchedulerConfig's V0
+#: chunked default, "best balance between ITL and TTFT on A100"; vllm#10517 logs a 0.06 GiB peak at 35k). V1 always
+#: chunks, at 8192 batched tokens for `vllm serve` (not calibrated: no V1 log in the corpus). (M)
 VLLM_CHUNKED_PREFILL_ABOVE = 32768
 VLLM_MIN_BATCHED_TOKENS = 2048
+VLLM_V0_CHUNKED_BATCHED_TOKENS = 512
+VLLM_V1_BATCHED_TOKENS = 8192
+#: Fallback vocabulary when the config states none: Qwen2's 152064, the largest common one (conservative).
+VLLM_FALLBACK_VOCAB = 152064
 #: vLLM's "non_torch_memory" (memory outside torch's allocator that appears during loading and profiling: cuBLAS
-#: workspaces, allocator slack): 0.04-0.20 GiB in single-GPU logs (vllm#12126, #12529, #14447). (M)
-VLLM_NON_TORCH_BYTES = GiB // 5
-#: Extra non-torch memory per GPU under tensor parallel (NCCL buffers, custom all-reduce): 0.59-0.73 GiB at TP 2
-#: in logs, versus 0.2 GiB at TP 1. (M)
-VLLM_TP_COMM_BYTES = GiB // 2
+#: workspaces, allocator slack): 0.03-0.35 GiB in single-GPU logs (vllm#10517, #13882, #15039). (M)
+VLLM_NON_TORCH_BYTES = 2 * GiB // 5
+#: Extra non-torch memory per GPU under tensor parallel (NCCL buffers, custom all-reduce): 0.39 GiB in all at TP 2
+#: (vllm#11251), 0.25 at TP 2 (#13061), 0.28 at TP 4 (#15039); 0.59-0.73 in older reports. (M)
+VLLM_TP_COMM_BYTES = GiB // 4
+#: CUDA graphs are captured after the KV cache is allocated, outside the gpu_memory_utilization share (vLLM logs
+#: "CUDA graphs can take additional 1~3 GiB memory per GPU"). The share left outside must hold the CUDA context and
+#: the graphs: vllm#11251 (TP 2, 16 GB) ran out of memory capturing graphs with 0.79 GiB outside and started with
+#: 1.58 GiB; vllm#7553 (TP 4, 24 GB) started with 2.4 GiB outside. Custom all-reduce adds graph buffers under
+#: tensor parallel. enforce_eager captures none. (M)
+VLLM_CUDA_GRAPH_BYTES = 512 * MiB
+VLLM_CUDA_GRAPH_TP_BYTES = 512 * MiB
+#: Engines the planner knows: V0 (the only one on Volta up to 0.10.1) and V1.
+VLLM_ENGINES = ("V0", "V1")
 #: A GPTQ 4-bit build with group size 128 stores per weight 4 bits + a 16-bit scale and a 4-bit zero per group:
 #: (4 + 16/128 + 4/128) / 16 of the fp16 bytes. Embeddings stay fp16, so a real build is somewhat larger. GPTQ
 #: runs on Volta, AWQ does not (docs/volta.md §4). (H)
@@ -51,11 +74,30 @@ VLLM_TP_CANDIDATES = (2, 4, 8)
 _UNKNOWN_MAX_POSITION = 1 << 22
 
 
-def _vllm_activation_bytes(max_model_len: int) -> int:
-    """vLLM's profile-run activation peak: the reference peak, grown with the profiled batch above 8192 tokens."""
-    tokens = (VLLM_MIN_BATCHED_TOKENS if max_model_len > VLLM_CHUNKED_PREFILL_ABOVE
-              else max(max_model_len, VLLM_MIN_BATCHED_TOKENS))
-    return int(VLLM_ACTIVATION_PEAK_BYTES * max(1.0, tokens / VLLM_ACTIVATION_REF_TOKENS))
+def vllm_profiled_tokens(max_model_len: int, engine: str = "V0", enable_chunked_prefill: bool | None = None) -> int:
+    """max_num_batched_tokens of vLLM's profile run: V1 chunks always; V0 chunks when asked, or by default above a
+    32k max_model_len (vllm serve), and otherwise profiles max(max_model_len, 2048) tokens."""
+    if engine == "V1":
+        return VLLM_V1_BATCHED_TOKENS
+    chunked = max_model_len > VLLM_CHUNKED_PREFILL_ABOVE if enable_chunked_prefill is None else enable_chunked_prefill
+    return VLLM_V0_CHUNKED_BATCHED_TOKENS if chunked else max(max_model_len, VLLM_MIN_BATCHED_TOKENS)
+
+
+def vllm_activation_bytes(model: HfModel, tp: int, tokens: int, max_num_seqs: int) -> int:
+    """vLLM's profile-run activation peak per GPU for `tokens` profiled tokens (bytes)."""
+    hidden = model.hidden_size or model.n_heads * model.head_dim
+    inter = model.intermediate_size or 6 * hidden
+    vocab = model.vocab_size or VLLM_FALLBACK_VOCAB
+    per_token = 2 * (VLLM_ACT_HIDDEN_ELEMS * hidden + VLLM_ACT_MLP_ELEMS * inter / tp)
+    sampler = VLLM_ACT_SAMPLER_COPIES * min(max_num_seqs, tokens) * vocab * 4 / tp
+    return int(max(VLLM_ACTIVATION_FLOOR_BYTES, tokens * per_token + sampler))
+
+
+def vllm_graph_bytes(tp: int, enforce_eager: bool) -> int:
+    """CUDA graph memory per GPU, outside the gpu_memory_utilization share (0 with enforce_eager)."""
+    if enforce_eager:
+        return 0
+    return VLLM_CUDA_GRAPH_BYTES + (VLLM_CUDA_GRAPH_TP_BYTES if tp > 1 else 0)
 
 
 @dataclass(frozen=True)
@@ -74,6 +116,9 @@ class _VllmCase:
     kv_tok_gpu: int  # KV bytes per token on one GPU
     weights: int  # per GPU
     non_torch: int  # per GPU
+    engine: str = "V0"
+    enable_chunked_prefill: bool | None = None
+    enforce_eager: bool = False
 
     @property
     def gpu_bytes(self) -> int:
@@ -81,7 +126,8 @@ class _VllmCase:
 
     def overhead(self, length: int) -> int:
         """Activation peak + non-torch memory per GPU at this max_model_len."""
-        return _vllm_activation_bytes(length) + self.non_torch
+        tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill)
+        return vllm_activation_bytes(self.model, self.tp, tokens, self.max_num_seqs) + self.non_torch
 
     def kv_tokens(self, length: int) -> int:
         """Tokens the KV cache holds at this max_model_len, whole blocks."""
@@ -90,7 +136,7 @@ class _VllmCase:
 
 
 def _check_vllm_args(gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float, kv_cache_dtype: str,
-                     max_num_seqs: int) -> None:
+                     max_num_seqs: int, engine: str = "V0") -> None:
     """Raises ValueError for non-positive sizes, a utilization above 1 or an unknown kv_cache_dtype."""
     _check_positive(gpu_mib=gpu_mib, n_gpus=n_gpus, tensor_parallel=tp, max_model_len=max_model_len,
                     gpu_memory_utilization=util, max_num_seqs=max_num_seqs)
@@ -98,10 +144,12 @@ def _check_vllm_args(gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, uti
         raise ValueError(f"gpu_memory_utilization must be at most 1, got {util}")
     if kv_cache_dtype not in VLLM_KV_CACHE_DTYPES:
         raise ValueError(f"unknown vLLM kv_cache_dtype {kv_cache_dtype!r}; known: {', '.join(VLLM_KV_CACHE_DTYPES)}")
+    if engine not in VLLM_ENGINES:
+        raise ValueError(f"unknown vLLM engine {engine!r}; known: {', '.join(VLLM_ENGINES)}")
 
 
 def _vllm_case(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,
-               kv_cache_dtype: str, max_num_seqs: int) -> _VllmCase:
+               kv_cache_dtype: str, max_num_seqs: int, opts: dict) -> _VllmCase:
     # vLLM splits KV heads across TP ranks and replicates them when there are fewer heads than ranks.
     kv_heads_gpu = max(1, model.n_kv_heads // tp)
     return _VllmCase(
@@ -110,19 +158,21 @@ def _vllm_case(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len
         kv_tok_gpu=kv_bytes_per_token(model.n_layers, kv_heads_gpu, model.head_dim, kv_cache_dtype),
         weights=-(-model.weight_bytes // tp),
         non_torch=VLLM_NON_TORCH_BYTES + (VLLM_TP_COMM_BYTES if tp > 1 else 0),
+        **opts,
     )
 
 
 def _structural_refusals(c: _VllmCase) -> list[str]:
     """Refusals that no memory changes: more TP ranks than GPUs, heads not divisible by TP, a max_model_len beyond
-    max_position_embeddings."""
+    the max model len vLLM derives from config.json (rope_scaling applied)."""
     model, refused = c.model, []
     if c.tp > c.n_gpus:
         refused.append(messages.vllm_tp_exceeds_gpus(c.tp, c.n_gpus))
     if model.n_heads % c.tp:
         refused.append(messages.vllm_heads_not_divisible(model.n_heads, c.tp))
-    if model.max_position_embeddings and c.max_model_len > model.max_position_embeddings:
-        refused.append(messages.vllm_beyond_max_position(c.max_model_len, model.max_position_embeddings))
+    limit = model.max_model_len_limit
+    if limit and c.max_model_len > limit:
+        refused.append(messages.vllm_beyond_max_position(c.max_model_len, limit, model.max_position_embeddings))
     return refused
 
 
@@ -137,11 +187,17 @@ def _memory_refusal(kv_space: int, capacity: int, max_model_len: int, used: str)
 
 
 def _utilization_refusal(c: _VllmCase) -> str | None:
-    """A gpu_memory_utilization that leaves less than the CUDA context outside vLLM's budget; None if it does not."""
+    """A gpu_memory_utilization that leaves less than the CUDA context plus the CUDA graphs (unless enforce_eager)
+    outside vLLM's budget; None if it does not."""
     outside = c.gpu_bytes - c.budget
-    if outside < VLLM_CUDA_CONTEXT_BYTES:
-        return messages.vllm_utilization_leaves_no_context(c.util, outside, VLLM_CUDA_CONTEXT_BYTES)
+    graphs = vllm_graph_bytes(c.tp, c.enforce_eager)
+    if outside < VLLM_CUDA_CONTEXT_BYTES + graphs:
+        return messages.vllm_utilization_leaves_no_context(c.util, outside, VLLM_CUDA_CONTEXT_BYTES, graphs)
     return None
+
+
+def _opts(c: _VllmCase) -> dict:
+    return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager}
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -150,7 +206,7 @@ def _suggest_tp(c: _VllmCase) -> str | None:
         if cand <= c.tp or c.model.n_heads % cand:
             continue
         alt = _plan_vllm(c.model, c.gpu_mib, cand, cand, c.max_model_len, c.util, c.kv_cache_dtype, c.max_num_seqs,
-                         False)
+                         False, _opts(c))
         if alt.fits:
             return messages.vllm_fits_with_tp(cand, c.gpu_mib)
     return None
@@ -163,7 +219,7 @@ def _suggest_gptq(c: _VllmCase) -> str | None:
         return None
     gptq = replace(c.model, weight_bytes=int(c.model.weight_bytes * GPTQ_4BIT_FRACTION_OF_FP16), quantization="gptq")
     alt = _plan_vllm(gptq, c.gpu_mib, c.n_gpus, c.tp, c.max_model_len, c.util, c.kv_cache_dtype, c.max_num_seqs,
-                     False)
+                     False, _opts(c))
     return messages.vllm_fits_as_gptq(gptq.weight_bytes, c.tp) if alt.fits else None
 
 
@@ -176,38 +232,50 @@ def _suggestions(c: _VllmCase, max_ctx: int) -> list[str]:
 
 
 def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, max_model_len: int,
-              gpu_memory_utilization: float, kv_cache_dtype: str = "auto", max_num_seqs: int = 256) -> Plan:
+              gpu_memory_utilization: float, kv_cache_dtype: str = "auto", max_num_seqs: int = 256, *,
+              enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
-    16 tokens. vLLM refuses to start when that is <= 0 ("No available memory for the cache blocks") or when it holds
-    fewer tokens than one max_model_len sequence ("The model's max seq len ... is larger than the maximum number of
-    tokens that can be stored in KV cache"); the planner refuses the same, and also a tensor_parallel larger than
-    n_gpus or not dividing the attention heads, and a max_model_len beyond max_position_embeddings. A refusal
-    suggests the next power-of-two tensor parallel that fits, a GPTQ 4-bit build, and the largest max_model_len.
+    16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
+    2048 with chunked prefill, which `vllm serve` turns on above 32k; V1: 8192). vLLM refuses to start when the KV
+    space is <= 0 ("No available memory for the cache blocks") or holds fewer tokens than one max_model_len sequence
+    ("The model's max seq len ... is larger than the maximum number of tokens that can be stored in KV cache"); it
+    runs out of memory capturing CUDA graphs when the share outside gpu_memory_utilization cannot hold the CUDA
+    context and the graphs (none with enforce_eager). The planner refuses the same, and also a tensor_parallel
+    larger than n_gpus or not dividing the attention heads, and a max_model_len above the max model len vLLM
+    derives from config.json (max_position_embeddings, times a rope_scaling factor). A memory refusal suggests the
+    next power-of-two tensor parallel that fits, a GPTQ 4-bit build, and the largest max_model_len.
 
-    gpu_mib: VRAM per GPU in MiB; max_model_len, max_num_seqs in tokens/sequences. Outcome is "fits" or
-    "does_not_fit" (vLLM has no layer offload here). Raises ValueError for non-positive sizes, a utilization outside
-    (0, 1] or an unknown kv_cache_dtype.
+    gpu_mib: VRAM per GPU in MiB (as torch reports the total); max_model_len, max_num_seqs in tokens/sequences.
+    enforce_eager: no CUDA graphs; engine: "V0" or "V1"; enable_chunked_prefill: None for vLLM's default under
+    `vllm serve`. Outcome is "fits" or "does_not_fit". Raises ValueError for non-positive sizes, a utilization outside
+    (0, 1], an unknown kv_cache_dtype or engine.
     """
     return _plan_vllm(model, gpu_mib, n_gpus, tensor_parallel, max_model_len, gpu_memory_utilization,
-                      kv_cache_dtype, max_num_seqs, suggest=True)
+                      kv_cache_dtype, max_num_seqs, True,
+                      {"engine": engine, "enable_chunked_prefill": enable_chunked_prefill,
+                       "enforce_eager": enforce_eager})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,
-               kv_cache_dtype: str, max_num_seqs: int, suggest: bool) -> Plan:
+               kv_cache_dtype: str, max_num_seqs: int, suggest: bool, opts: dict | None = None) -> Plan:
     """plan_vllm; `suggest` False plans an alternative without suggesting further ones."""
-    _check_vllm_args(gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs)
-    c = _vllm_case(model, gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs)
+    opts = opts or {}
+    _check_vllm_args(gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs, opts.get("engine", "V0"))
+    c = _vllm_case(model, gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs, opts)
     compute = c.overhead(max_model_len)
     kv_space = c.budget - c.weights - compute
     capacity = c.kv_tokens(max_model_len)
     kv_one = c.kv_tok_gpu * _pad(max_model_len, VLLM_BLOCK_SIZE)
-    max_ctx = max(0, _largest(lambda n: c.kv_tokens(n) >= n, 1, model.max_position_embeddings or _UNKNOWN_MAX_POSITION))
+    max_ctx = max(0, _largest(lambda n: c.kv_tokens(n) >= n, 1, model.max_model_len_limit or _UNKNOWN_MAX_POSITION))
     tps = _decode_tps(c.weights + c.kv_tok_gpu * max_model_len, 0)
 
     used = messages.vllm_used(c.weights, compute, kv_space, c.budget, util, gpu_mib, max_model_len, kv_one)
-    memory = _memory_refusal(kv_space, capacity, max_model_len, used)
-    refused = [r for r in (*_structural_refusals(c), memory, _utilization_refusal(c)) if r]
+    # vLLM checks the config (length, heads) before it loads anything: a shape or length problem is refused as that,
+    # never as memory.
+    structural = _structural_refusals(c)
+    memory = None if structural else _memory_refusal(kv_space, capacity, max_model_len, used)
+    refused = structural or [r for r in (memory, _utilization_refusal(c)) if r]
     outcome: Outcome = "does_not_fit" if refused else "fits"
     reasons = ([messages.fits(used), messages.vllm_capacity(capacity, max_model_len, max_num_seqs)]
                if outcome == "fits" else refused)
