@@ -259,7 +259,7 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
             for g, users in sorted(claimed.items()) if len(users) > 1 and sum(u for _, u in users) > 1]
 
 
-def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int
+def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0"
            ) -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB: (plan, problems). float32
     weights and an "auto" KV cache count 4 bytes per element."""
@@ -268,13 +268,40 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
         kv = "auto_float32" if kv == "auto" else kv
     mplan = planner.plan_vllm(hf, gpu_mib, n_visible, inst.tensor_parallel_size, inst.max_model_len,
-                              inst.gpu_memory_utilization, kv, inst.max_num_seqs)
+                              inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
+                              engine=engine)
     if mplan.fits:
         return mplan, []
-    why = "; ".join(r for r in mplan.reasons if not r.startswith("decode ceiling"))
-    return mplan, [problem(f"{key}.max_model_len", inst.max_model_len, f"does not fit: {why}",
-                           "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size, or use a "
-                           "GPTQ build (the reasons say which of these fit)")]
+    return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])
+
+
+def refusals(key: str, inst: VllmInstance, reasons: list[str]) -> list[str]:
+    """The planner's refusal lines as problems naming the setting each is about: a length beyond what vLLM derives
+    from config.json -> max_model_len; heads or GPUs -> tensor_parallel_size; no room outside the share for the
+    CUDA context and graphs -> gpu_memory_utilization; otherwise memory for the KV cache -> max_model_len as
+    "does not fit", with the planner's suggestions (the lines after the refusals) in the message."""
+    problems = []
+    refused = [r for r in reasons if not r.startswith(("fits with", "or max_model_len", "fits as a GPTQ"))]
+    hints = "; ".join(r for r in reasons if r not in refused)
+    for r in refused:
+        if r.startswith("max_model_len ") and "derived max model len" in r:
+            problems.append(problem(f"{key}.max_model_len", inst.max_model_len, r, "lower max_model_len to the "
+                                    "derived length, or use a model whose config.json allows more (rope_scaling)"))
+        elif r.startswith(("tensor_parallel_size", "Total number of attention heads")):
+            problems.append(problem(f"{key}.tensor_parallel_size", inst.tensor_parallel_size, r,
+                                    "choose a tensor_parallel_size that divides the attention heads and is at most "
+                                    "the GPU count"))
+        elif r.startswith("gpu_memory_utilization"):
+            problems.append(problem(f"{key}.gpu_memory_utilization", inst.gpu_memory_utilization, r,
+                                    "lower gpu_memory_utilization" + ("" if inst.enforce_eager else
+                                                                      ", or set enforce_eager: true (no CUDA graphs: "
+                                                                      "less memory, slower decode)")))
+        else:
+            problems.append(problem(f"{key}.max_model_len", inst.max_model_len, f"does not fit: {r}"
+                                    + (f"; {hints}" if hints else ""),
+                                    "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size, or "
+                                    "use a GPTQ build (the reasons say which of these fit)"))
+    return problems
 
 
 def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease, gpus: list[GpuInfo],
@@ -298,7 +325,7 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     if config is not None:
         problems += (more := model_problems(key, inst, config, cc, rel))
         if not more and inst.tensor_parallel_size <= visible:
-            mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, gpus), visible)
+            mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, gpus), visible, rel.engine)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     return Instance(name, inst, model_path, files_, dtype, api_key, mplan), problems

@@ -51,7 +51,9 @@ def data(models, utilization: float) -> dict:
     gguf, sha, hf = models
     return {"gpu_memory_mib": 4096,  # a small GPU, so that the tiny llama-server's buffers matter
             "llama_cpp_instances": {"a": {"model_source": gguf, "model_sha256": sha, "port": 8081}},
-            "vllm_instances": {"b": {"model_source": hf, "gpu_memory_utilization": utilization}}}
+            # enforce_eager: no CUDA graphs to keep room for outside vLLM's share on this small GPU
+            "vllm_instances": {"b": {"model_source": hf, "gpu_memory_utilization": utilization,
+                                     "enforce_eager": True}}}
 
 
 def test_plan_level_shared_gpu_overfilled_by_both_engines_is_refused_before_any_command(models):

@@ -89,3 +89,32 @@ def test_memory_refuses_a_model_that_leaves_no_room_for_the_kv_cache(tmp_path):
     assert not plan.fits and problems[0].startswith("k.max_model_len = 8192: does not fit: ")
     full = memory("k", inst.model_copy(update={"dtype": "float32"}), hf, 16160, 1)[0]
     assert full.weight_bytes == 2 * memory("k", inst, hf, 16160, 1)[0].weight_bytes  # 4 bytes per element, not 2
+
+
+# -- each refusal names the setting it is about (issue 12) ------------------------------------------------------
+from roles import planner as _planner  # noqa: E402
+from roles.settings import VllmInstance as _VllmInstance  # noqa: E402
+from roles.vllm.decide import memory as _memory  # noqa: E402
+
+#: Qwen2.5-7B-Instruct's config.json shape (28 layers, 28 heads, 4 KV heads of 128, hidden 3584, MLP 18944,
+#: vocab 152064, max_position_embeddings 32768); with vllm#8793's YaRN factor 4 vLLM derives 131072.
+QWEN7B = _planner.HfModel("Qwen2ForCausalLM", 28, 28, 4, 128, 32768, int(15.23e9), hidden_size=3584,
+                          intermediate_size=18944, vocab_size=152064, derived_max_len=131072)
+
+
+def test_a_length_beyond_the_derived_max_len_is_a_length_refusal_not_memory():
+    _, problems = _memory("k", _VllmInstance(model_path="/m", max_model_len=140000), QWEN7B, 81559, 1)
+    (p,) = problems
+    assert p.startswith("k.max_model_len = 140000") and "derived max model len 131072" in p
+    assert "does not fit" not in p and "No available memory" not in p
+
+
+def test_no_room_for_cuda_graphs_names_gpu_memory_utilization_and_enforce_eager():
+    _, problems = _memory("k", _VllmInstance(model_path="/m", max_model_len=4096, gpu_memory_utilization=0.99),
+                          QWEN7B, 32510, 1)
+    assert any(p.startswith("k.gpu_memory_utilization = 0.99") and "enforce_eager: true" in p for p in problems)
+
+
+def test_heads_not_divisible_names_tensor_parallel_size():
+    _, problems = _memory("k", _VllmInstance(model_path="/m", tensor_parallel_size=3), QWEN7B, 32510, 4)
+    assert problems and problems[0].startswith("k.tensor_parallel_size = 3") and "divisible" in problems[0]
