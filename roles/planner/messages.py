@@ -91,7 +91,9 @@ def llama_offload_ceiling(offloaded: int, tps_running: float, tps_all_gpu: float
 def llama_fa_cache_types(cache_type_k: str, cache_type_v: str) -> str:
     return (f"-ctk {cache_type_k} -ctv {cache_type_v}: llama.cpp's CUDA flash attention is built by default "
             f"only for equal K/V types among {', '.join(LLAMA_CPP_FA_CACHE_TYPES)}; other pairs need "
-            f"GGML_CUDA_FA_ALL_QUANTS or attention runs on the CPU")
+            f"GGML_CUDA_FA_ALL_QUANTS, or llama-server aborts at the first request (0.3.16 tree, measured) or "
+            f"converts them to f16 (0.3.36 tree); where attention runs for this model is decided per tree "
+            f"(roles/llama_cpp/attention.py)")
 
 
 def llama_decode_ceiling(tps: float, context: int) -> str:
