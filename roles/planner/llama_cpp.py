@@ -99,6 +99,13 @@ def llama_compute_buffer(model: GgufModel, kv_tokens: int, layers_on_gpu: int, o
     return max(phases)
 
 
+#: What llama-server's memory grows by after its first real request, on top of everything it holds at start-up
+#: (CUDA's and cuBLAS's lazily loaded kernels and workspaces): 64-128 MiB after a 1000-token prompt in all seven
+#: cases measured on an H200 (tests/data/llama_cpp_memory_remeasured.json, measured_after_prompt_mib). Counted
+#: with the CUDA context so that a plan also holds once the server serves. (measured, one GPU; M for a V100)
+LLAMA_CPP_RUNTIME_GROWTH_BYTES = 128 * MiB
+
+
 def _llama_usage(model: GgufModel, n_gpus: int, kv_layer_tok: int, layers_on_gpu: int, output_on_gpu: bool,
                  kv_tokens: int, flash_attn: bool = True, cuda_context: int = LLAMA_CPP_CUDA_CONTEXT_BYTES
                  ) -> _LlamaUsage:
@@ -115,7 +122,7 @@ def _llama_usage(model: GgufModel, n_gpus: int, kv_layer_tok: int, layers_on_gpu
         weights=-(-gpu_w // n_gpus),
         kv=-(-kv_total // n_gpus),
         compute=llama_compute_buffer(model, kv_tokens, layers_on_gpu, output_on_gpu, flash_attn),
-        context=cuda_context,
+        context=cuda_context + LLAMA_CPP_RUNTIME_GROWTH_BYTES,
         host_read=host_read,
         gpu_weights_total=gpu_w,
         gpu_kv_per_token=kv_layer_tok * layers_on_gpu,

@@ -256,15 +256,21 @@ def _plan_27b(model: GgufModel, weight_bytes: float, context: int = 8192) -> Pla
                           USABLE)
 
 
+# Issue 12 moved these boundaries: the CUDA context (~600 MiB measured outside llama-server's buffers) and the
+# growth after the first request (64-128 MiB measured) leave a 16 GB V100 about 15.08 GB for the weights of this
+# shape at 8192 tokens of q8_0 KV, so a 15.2 GB Q4_K_S no longer fits and the "fits" case is a 14.9 GB quant.
+FITS_27B = 14.9 * GB
+
+
 def test_27b_q4_k_s_fits_on_16gb(shape_27b: GgufModel):
-    p = _plan_27b(shape_27b, 15.2 * GB)
+    p = _plan_27b(shape_27b, FITS_27B)
     assert p.outcome == "fits" and p.fits and p.layers_offloaded == 0
-    assert p.weight_bytes == int(15.2 * GB)
+    assert p.weight_bytes == int(FITS_27B)
     assert p.kv_bytes == 8192 * 69632  # 544 MiB of q8_0
     assert p.total_bytes == p.weight_bytes + p.kv_bytes + p.compute_buffer_bytes + p.cuda_context_bytes
     assert p.total_bytes <= p.budget_bytes == V100_16GB_MIB * MiB
     assert p.max_context_that_fits >= 8192
-    assert 0 < p.decode_ceiling_tps < 900e9 / (15.2 * GB)
+    assert 0 < p.decode_ceiling_tps < 900e9 / FITS_27B
 
 
 def test_27b_q4_k_m_is_refused_naming_context_and_quant_size(shape_27b: GgufModel):
@@ -276,7 +282,7 @@ def test_27b_q4_k_m_is_refused_naming_context_and_quant_size(shape_27b: GgufMode
     assert p.weight_bytes < p.budget_bytes and p.max_context_that_fits == 0
     assert "no context fits" in text
     # The largest quant that fits at 8192 lies between the two sizes, and is named in GB.
-    assert 15.2 * GB <= p.max_weight_bytes < 16.3 * GB
+    assert FITS_27B <= p.max_weight_bytes < 16.3 * GB
     assert f"{p.max_weight_bytes / GB:.2f} GB" in text and "8192 tokens" in text
     # The figure is consistent with the planner itself: that size fits, a little more does not.
     assert _plan_27b(shape_27b, p.max_weight_bytes).fits
@@ -291,7 +297,9 @@ def test_27b_q8_0_would_offload_naming_layers(shape_27b: GgufModel):
     on_gpu = 64 - p.layers_offloaded
     layer = 27 * GB / 64 + 8192 * 69632 / 64  # weights + KV of one layer
     room = p.budget_bytes - p.compute_buffer_bytes - p.cuda_context_bytes
-    assert on_gpu * layer <= room < (on_gpu + 1) * layer
+    # with a layer left on the CPU the compute buffer also holds that layer's weights copied in (llama.cpp's
+    # scheduler; roles/planner/llama_cpp.py), up to one layer more than the all-GPU plan's buffer
+    assert on_gpu * layer <= room < (on_gpu + 2) * layer
     text = "\n".join(p.reasons)
     assert f"{p.layers_offloaded} of 64 layers would not fit" in text and f"-ngl {on_gpu}" in text
     assert p.decode_ceiling_tps < 10  # CPU layers at host memory bandwidth: single digits
