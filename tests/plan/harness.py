@@ -63,8 +63,36 @@ def doctor_rows(os_release: list[str], data: dict | None = None, responses: dict
             return {r.check: r for r in diagnose(host, preflight(host))}
 
 
+def _record_uploads(host, uploads: dict[str, bytes]) -> None:
+    """Make the fake connector keep what each upload would write: {remote path: content}. pyinfra's @fake
+    connector only logs uploads; the plan tests also assert on rendered units, pins and configuration."""
+    connector = host.connector
+
+    def put_file(filename_or_io, remote_filename, remote_temp_filename=None, **_kw) -> bool:
+        if hasattr(filename_or_io, "read"):
+            pos = filename_or_io.tell() if hasattr(filename_or_io, "tell") else None
+            data = filename_or_io.read()
+            if pos is not None:
+                filename_or_io.seek(pos)
+        else:
+            data = Path(filename_or_io).read_bytes()
+        uploads[remote_filename] = data.encode() if isinstance(data, str) else data
+        return True
+
+    connector.put_file = put_file
+
+
+def plan_uploads(os_release: list[str], data: dict | None = None, responses: dict | None = None,
+                 stops_early: bool = False) -> tuple[list[str], dict[str, str]]:
+    """Like plan_commands, and also what every upload would write: (commands, {remote path: text})."""
+    uploads: dict[str, bytes] = {}
+    cmds = plan_commands(os_release, data, responses, stops_early, _uploads=uploads)
+    return cmds, {k: v.decode(errors="replace") for k, v in uploads.items()}
+
+
 def plan_commands(os_release: list[str], data: dict | None = None, responses: dict | None = None,
-                  stops_early: bool = False, deploys: tuple[str, ...] = ("deploy.py",)) -> list[str]:
+                  stops_early: bool = False, deploys: tuple[str, ...] = ("deploy.py",),
+                  _uploads: dict | None = None) -> list[str]:
     """Run deploy.py against one fake host; return the commands it would execute, in order.
 
     Raises what deploy.py raises (SettingsError for refused settings) before any command is recorded.
@@ -77,6 +105,8 @@ def plan_commands(os_release: list[str], data: dict | None = None, responses: di
     try:
         with ctx_state.use(state):
             connect_all(state)
+            if _uploads is not None:
+                _record_uploads(host, _uploads)
             for name in deploys:
                 load_deploy_file(state, str(ROOT / name))
             try:

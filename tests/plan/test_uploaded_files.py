@@ -1,0 +1,44 @@
+"""Plan-level tests of what the deploy writes (facts in, files out): the rendered units, the instance's
+EnvironmentFile and the driver's apt pin, as the fake host would receive them (tests/plan/harness.py plan_uploads)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from lab.data import tiny_hf_model
+from lab.models import write_llama
+from tests.plan.harness import DEBIAN_13, UBUNTU_2404, plan_uploads
+
+
+def test_llama_server_unit_and_environment(tmp_path):
+    path = write_llama(tmp_path / "h64.gguf", n_embd=256, n_head=4, n_head_kv=2)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    inst = {"model_source": str(path), "model_sha256": sha, "port": 8081, "gpus": [1]}
+    _, files = plan_uploads(DEBIAN_13, {"gpu_count": 2, "llama_cpp_ref": "pypi-0.3.16",
+                                        "llama_cpp_instances": {"m": inst}},
+                            responses={"sha256": [f"{sha}  /var/lib/llm/models/h64.gguf"]}, stops_early=True)
+    unit = files["/etc/systemd/system/llama-server@.service"]
+    for line in ("User=llm", "NoNewPrivileges=yes", "ProtectSystem=strict", "UMask=0077", "Restart=on-failure",
+                 "EnvironmentFile=-/etc/llama-server/%i.key.env"):
+        assert line in unit.splitlines(), line
+    env = files["/etc/llama-server/m.env"]
+    # head size 64 in the 0.3.16 tree: f16 keeps flash attention on the GPU (issue 18's measured table)
+    assert "-ctk f16 -ctv f16" in env and " -fa " in env and "CUDA_VISIBLE_DEVICES=1" in env.splitlines()
+
+
+def test_vllm_unit_has_start_limit_and_offline_hub(tmp_path):
+    _, files = plan_uploads(UBUNTU_2404, {"vllm_instances": {"t": {"model_source": str(tiny_hf_model(tmp_path))}}},
+                            responses={"sys.version_info": ["3.12"]}, stops_early=True)
+    unit = files["/etc/systemd/system/vllm@.service"].splitlines()
+    for line in ("StartLimitBurst=5", "StartLimitIntervalSec=1800", "ConditionPathExistsGlob=/proc/driver/nvidia/gpus/*",
+                 "UMask=0077", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK"):
+        assert line in unit, line
+    assert any(line.startswith("Environment=HF_HUB_OFFLINE=1") for line in unit)
+    env = files["/etc/vllm/t.env"]
+    assert "--dtype half" in env and "VLLM_USE_V1=0" in env  # Volta: no bf16; 0.8.5.post1 runs the V0 engine
+
+
+def test_driver_pin_file_pins_the_exact_version():
+    _, files = plan_uploads(DEBIAN_13, {}, stops_early=True)
+    pins = [v for k, v in files.items() if k.startswith("/etc/apt/preferences.d/")]
+    assert pins and any("Pin: version 550.163.01" in p and "Pin-Priority: 1001" in p for p in pins)
