@@ -19,6 +19,7 @@ from pathlib import Path
 from lab.harness import Lab, spec
 from lab.sources import llama_cpp_default_source, sha256_of
 from lab.provision import deploy
+from roles.llama_cpp.versions import DEFAULT_SOURCE
 
 
 def variant(tmp: Path, name: str) -> Path:
@@ -26,10 +27,10 @@ def variant(tmp: Path, name: str) -> Path:
     work = tmp / name
     work.mkdir()
     subprocess.run(["tar", "-xzf", str(llama_cpp_default_source()), "-C", str(work),
-                    "llama_cpp_python-0.3.16/vendor/llama.cpp"], check=True)
-    (work / "llama_cpp_python-0.3.16/vendor/llama.cpp/V100KIT-BENCH").write_text(f"{name} {time.time()}\n")
+                    DEFAULT_SOURCE.subdir], check=True)
+    (work / DEFAULT_SOURCE.subdir / "V100KIT-BENCH").write_text(f"{name} {time.time()}\n")
     archive = tmp / f"{name}.tar.gz"
-    subprocess.run(["tar", "-czf", str(archive), "-C", str(work / "llama_cpp_python-0.3.16/vendor"), "llama.cpp"],
+    subprocess.run(["tar", "-czf", str(archive), "-C", str((work / DEFAULT_SOURCE.subdir).parent), "llama.cpp"],
                    check=True)
     return archive
 
@@ -47,7 +48,7 @@ def main() -> int:
                 lab.run(s, "rm -rf /var/cache/v100kit/ccache")
             args = ["--limit", s.name, "--data", f"llama_cpp_ref=bench{stamp}-{len(rows)}",
                     "--data", f"llama_cpp_source={archive}", "--data", f"llama_cpp_source_sha256={sha256_of(archive)}",
-                    "--data", "llama_cpp_flash_attn_style=flag"]
+                    "--data", f"llama_cpp_flash_attn_style={DEFAULT_SOURCE.flash_attn_style}"]
             run = deploy(f"bench-llama-{len(rows)}", args)
             rows.append((label, run))
             if label.startswith("warm"):

@@ -17,6 +17,7 @@ import pytest
 from lab.data import LLAMA_PORTS, api_key_file
 from lab.sources import llama_cpp_default_source, sha256_of
 from roles.llama_cpp.decide import CURRENT
+from roles.llama_cpp.versions import DEFAULT_SOURCE
 from lab.provision import LOGS, deploy
 from v100kit.doctor import diagnose_all as doctor
 
@@ -143,10 +144,10 @@ def repacked(tmp_path: Path, name: str, change) -> Path:
     """The default source's llama.cpp tree repacked as <name>.tar.gz after `change(tree)`."""
     work = tmp_path / name
     work.mkdir()
-    subprocess.run(["tar", "-xzf", str(llama_cpp_default_source()), "-C", str(work),
-                    "llama_cpp_python-0.3.16/vendor/llama.cpp"], check=True)
+    subprocess.run(["tar", "-xzf", str(llama_cpp_default_source()), "-C", str(work), DEFAULT_SOURCE.subdir],
+                   check=True)
     tree = work / "llama.cpp"
-    shutil.move(str(work / "llama_cpp_python-0.3.16/vendor/llama.cpp"), tree)
+    shutil.move(str(work / DEFAULT_SOURCE.subdir), tree)
     change(tree)
     archive = tmp_path / f"{name}.tar.gz"
     subprocess.run(["tar", "-czf", str(archive), "-C", str(work), "llama.cpp"], check=True)
@@ -155,7 +156,8 @@ def repacked(tmp_path: Path, name: str, change) -> Path:
 
 def source_args(ref: str, archive: Path) -> list[str]:
     return ["--limit", REBUILD_HOST, "--data", f"llama_cpp_ref={ref}", "--data", f"llama_cpp_source={archive}",
-            "--data", f"llama_cpp_source_sha256={sha256_of(archive)}", "--data", "llama_cpp_flash_attn_style=flag"]
+            "--data", f"llama_cpp_source_sha256={sha256_of(archive)}",
+            "--data", f"llama_cpp_flash_attn_style={DEFAULT_SOURCE.flash_attn_style}"]
 
 
 @pytest.fixture

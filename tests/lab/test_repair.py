@@ -12,6 +12,7 @@ import pytest
 
 from lab.harness import spec
 from v100kit.doctor import diagnose_all as doctor
+from roles.llama_cpp.versions import DEFAULT_SOURCE
 from roles.nvidia_driver.decide import BLACKLIST, PREFERENCES
 from lab.provision import FRESH_ONLY, REUSED, DeployRun, deploy
 
@@ -122,4 +123,5 @@ def test_doctor_reports_exactly_the_faults_then_repair_fixes_them(broken_host):
 def test_repair_keeps_user_builds(provisioned, broken_host):
     lab, s = provisioned.lab, spec(HOST)
     rc, out = lab.run(s, "ls -d /opt/llama.cpp/*/ /var/lib/llm/models/*")
-    assert rc == 0 and "/opt/llama.cpp/pypi-0.3.16-sm70-" in out and "/var/lib/llm/models/tiny-llama" in out, out
+    assert rc == 0 and f"/opt/llama.cpp/{DEFAULT_SOURCE.ref}-sm70-" in out and "/var/lib/llm/models/tiny-llama" in out, \
+        out
