@@ -1,5 +1,5 @@
-# make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification (~25 min warm)
-# make test       every test: settings, plan-level and lab (fresh lab hosts, ~45 min warm on 2 cores)
+# make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification (tens of minutes)
+# make test       every test: settings, plan-level and lab (fresh lab hosts, tens of minutes on 2 cores)
 # make test-fast  settings and plan-level tests only (seconds, no lab, no root)
 .PHONY: setup setup-lab lab test test-fast clean-lab
 
