@@ -375,4 +375,8 @@ def server_args(inst: Instance, flash_attn_style: str) -> str:
         args += ["--yarn-orig-ctx", str(s.yarn_orig_ctx)]
     if s.metrics:
         args.append("--metrics")
+    # llama.cpp's own load report (CUDA devices, "offloaded N/M layers to GPU", KV and compute buffer sizes) is
+    # library INFO, which newer trees log only from verbosity 4 (common/log.cpp common_log_get_verbosity): the
+    # deploy's GPU check and the doctor read it from the journal
+    args += ["-lv", "4"]
     return " ".join(shlex.quote(a) for a in args)
