@@ -24,6 +24,7 @@ def test_llama_server_unit_and_environment(tmp_path):
     env = files["/etc/llama-server/m.env"]
     # head size 64 in the 0.3.16 tree: f16 keeps flash attention on the GPU (issue 18's measured table)
     assert "-ctk f16 -ctv f16" in env and " -fa " in env and "CUDA_VISIBLE_DEVICES=1" in env.splitlines()
+    assert " -lv 4" in env  # llama.cpp's load report (offloaded layers) is logged from verbosity 4 on newer trees
 
 
 def test_vllm_unit_has_start_limit_and_offline_hub(tmp_path):
