@@ -167,11 +167,14 @@ def _model(tmp: Path, name: str, **config) -> str:
     ({"instance": {"dtype": "bfloat16"}}, "vllm_instances.tiny.dtype = 'bfloat16'"),
     ({"instance": {"tensor_parallel_size": 2}}, "vllm_instances.tiny.tensor_parallel_size = 2"),
     ({"instance": {"gpu_memory_utilization": 1.5}}, "vllm_instances.tiny.gpu_memory_utilization = 1.5"),
-    ({"instance": {"max_model_len": 1 << 20}}, "does not fit"),
+    # a length beyond what vLLM derives from config.json is a length refusal, never "does not fit" (issue 12)
+    ({"instance": {"max_model_len": 1 << 20}}, "greater than the derived max model len 8192"),
+    ({"data": {"gpu_memory_mib": 1024}, "instance": {"gpu_memory_utilization": 0.5}}, "does not fit"),
     ({"data": {"vllm_version": "0.11.0"}}, "vllm_version = '0.11.0'"),
     ({"data": {"vllm_version": "0.6.3.post1"}}, "pyairports"),
     ({"instance": {"model_source": None, "model_path": "/var/lib/llm/models/none"}}, "model_path"),
-], ids=["awq", "w4a16", "fp8", "softcap", "bf16", "tp2", "util1.5", "too-long", "0.11.0", "0.6.3", "no-model"])
+], ids=["awq", "w4a16", "fp8", "softcap", "bf16", "tp2", "util1.5", "too-long", "no-memory", "0.11.0", "0.6.3",
+        "no-model"])
 def test_bad_vllm_settings_refused_before_any_change(provisioned, tmp_path, request, case, expect):
     lab = provisioned.lab
     inst = dict(host_data(SPEC)["vllm_instances"]["tiny"], **case.get("instance", {}))
