@@ -126,11 +126,6 @@ HOSTS: tuple[HostSpec, ...] = (
 )
 
 
-def _is_tar(path: Path) -> bool:
-    """Whether `path` is a complete tar archive (tar reads it to the end without error)."""
-    return subprocess.run(["tar", "-tf", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
-
-
 def spec(name: str) -> HostSpec:
     """Return the bundled host spec called `name`; raises LabError naming the known hosts otherwise."""
     for s in HOSTS:
@@ -165,9 +160,8 @@ class Lab:
         key = hashlib.sha256(json.dumps([suite, IMAGE_PACKAGES, MIRROR]).encode()).hexdigest()[:12]
         path = self.cache / "images" / f"{suite}-{key}.tar"
         with locked(path):  # one build per image, whoever asks first; the others wait and reuse it
-            if path.exists() and _is_tar(path):
+            if path.exists():  # only ever written whole: built as a .part file, then renamed
                 return path
-            path.unlink(missing_ok=True)  # not a whole tar archive: a copy from an interrupted or broken run
             part = path.with_name(f"{path.name}.{os.getpid()}.part")
             part.unlink(missing_ok=True)
             cmd = ["mmdebstrap", "--format=tar", "--variant=minbase", "--components=main",
@@ -197,9 +191,6 @@ class Lab:
                     os.replace(new, self.key)  # is caught by _key_pair_ok next time and made again
             if not self.known_hosts.exists() or not self.ssh_config.exists():
                 self._write_client_config_locked()
-
-    # old name, kept for callers outside the harness
-    ensure_key = prepare
 
     def _key_pair_ok(self) -> bool:
         """The private key loads and its public half is the .pub beside it."""
