@@ -56,7 +56,7 @@ def table(results: dict) -> str:
     lines = []
     for name, r in results.items():
         if isinstance(r, str):
-            lines += [f"== {name}: REFUSED", r]
+            lines += [f"== {name}: {'UNREACHABLE' if r == 'cannot connect' else 'REFUSED'}", r]
             continue
         lines.append(f"== {name}: {r['platform']}, driver {r['driver']}, CUDA {', '.join(r['cuda'])}")
         if r["llama_cpp"]:
