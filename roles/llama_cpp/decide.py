@@ -99,13 +99,14 @@ def source(settings: Settings) -> tuple[Source, list[str]]:
     return src, problems
 
 
-def tree_of(src: Source, settings: Settings) -> Tree:
+def tree_of(src: Source, settings: Settings, read_archive: bool = True) -> Tree:
     """What is known of the tree `src` builds: a pinned source's derived facts (files/llama_cpp/<ref>.json), else
-    those read from a control-machine archive (roles/llama_cpp/tree.py), else unknown (a URL not fetched here)."""
+    those read from a control-machine archive (roles/llama_cpp/tree.py) when `read_archive` (False once the
+    archive failed its checksum), else unknown (a URL not fetched here). Never raises."""
     all_quants = settings.llama_cpp_fa_all_quants
     if src.fa_form is not None or src.architectures is not None:
         return Tree(src.ref, src.architectures, src.fa_form, all_quants)
-    if not is_url(src.url) and Path(src.url).is_file():  # its checksum is source_file_problems' to refuse
+    if read_archive and not is_url(src.url) and Path(src.url).is_file():
         try:
             facts = read_tree(Path(src.url), src.subdir)
             return Tree(src.ref, facts.architectures, facts.fa_form, all_quants)
@@ -318,13 +319,14 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     if not settings.llama_cpp_instances:
         return None, []
     src, problems = source(settings)
-    problems += source_file_problems(src)
+    problems += (file_problems := source_file_problems(src))
     tk, more = toolkit(settings, toolkits)
     archs = architectures(settings, gpus)
     problems += more + architecture_problems(archs, tk)
     problems += gpu_architecture_problems(settings.llama_cpp_cuda_architectures,
                                           [g["compute_cap"] for g in gpus] or [settings.gpu_compute_capability])
-    tree = replace(tree_of(src, settings), cuda_version=tk.version if tk else None)
+    # an archive that failed its checksum is not read: its facts would be another tree's
+    tree = replace(tree_of(src, settings, read_archive=not file_problems), cuda_version=tk.version if tk else None)
     items = sorted(settings.llama_cpp_instances.items())
     clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")
     instances = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Mapping
@@ -290,7 +291,15 @@ def _root(names: list[str], subdir: str | None) -> str:
 def read_files(archive: Path, subdir: str | None = None) -> dict[str, str]:
     """The REQUIRED and OPTIONAL members' texts (UTF-8) of the llama.cpp tree in `archive` (.tar.gz), keyed by path
     relative to the llama.cpp root (`subdir` inside the archive, or found by looking). Raises ValueError naming the
-    archive and the missing member; OSError/tarfile.TarError for an unreadable archive."""
+    archive and the missing member, or the archive as unreadable (truncated, not a tar); OSError when it cannot be
+    opened at all."""
+    try:
+        return _read_files(archive, subdir)
+    except (tarfile.TarError, EOFError, zlib.error) as e:  # a truncated .tar.gz ends in EOFError mid-stream
+        raise ValueError(f"{archive}: not a readable .tar.gz ({type(e).__name__}: {e})") from None
+
+
+def _read_files(archive: Path, subdir: str | None) -> dict[str, str]:
     with tarfile.open(archive, "r:*") as tar:
         names = [m.name.removeprefix("./") for m in tar.getmembers() if m.isfile()]
         try:

@@ -4,12 +4,18 @@ the rules' sources: CUDA release notes (docs/volta.md §2), llama.cpp's flash-at
 from __future__ import annotations
 
 import hashlib
+import io
+import os
+import tarfile
+
+import pytest
 
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp.decide import (Instance, Tree, architecture_problems, architectures, flash_attn_problems,
-                                    host_model_problems, source, source_file_problems, source_model, toolkit)
+                                    host_model_problems, plan, source, source_file_problems, source_model, toolkit)
+from roles.llama_cpp.tree import read_tree
 from roles.llama_cpp.versions import DEFAULT_SOURCE, Source
-from roles.settings import LlamaCppInstance, Settings
+from roles.settings import LlamaCppInstance, Settings, load_settings
 
 CUDA_124 = Toolkit("12.4", "distro", {}, "/usr/bin/nvcc", None, "g++-13")
 CUDA_118 = Toolkit("11.8", "distro", {}, "/usr/bin/nvcc", None, "g++-11")
@@ -85,3 +91,29 @@ def test_a_quantized_v_cache_needs_flash_attention():
                                 inst(flash_attn="auto", cache_type_v="q4_0")]) == []
     (why,) = flash_attn_problems([inst(flash_attn="off", cache_type_v="q8_0")])
     assert why.startswith("llama_cpp_instances.m.flash_attn = 'off': a quantized V cache (q8_0) needs flash attention")
+
+
+def _tar_gz(path, members: dict[str, bytes]):
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_truncated_archive_is_refused_by_its_checksum_not_a_traceback(tmp_path):
+    # CI's lab run (stop 19): a half-written .tar.gz raised EOFError from the tree reader before any refusal
+    good = _tar_gz(tmp_path / "good.tar.gz", {"l/src/llama-arch.cpp": os.urandom(200_000)})
+    corrupt = tmp_path / "corrupt.tar.gz"
+    corrupt.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"corrupt\.tar\.gz: not a readable \.tar\.gz"):
+        read_tree(corrupt)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    settings = load_settings("box", {
+        "llama_cpp_source": str(corrupt), "llama_cpp_source_sha256": hashlib.sha256(good.read_bytes()).hexdigest(),
+        "llama_cpp_instances": {"m": {"model_source": str(model),
+                                      "model_sha256": hashlib.sha256(b"GGUF").hexdigest()}}})
+    p, problems = plan(settings, [CUDA_124], [], lambda path: True)
+    assert p is None and any(x.startswith("llama_cpp_source_sha256 = ") for x in problems), problems
