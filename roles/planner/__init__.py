@@ -53,10 +53,13 @@ from .vllm import (
     VLLM_CUDA_GRAPH_BYTES,
     VLLM_CUDA_GRAPH_TP_BYTES,
     VLLM_ENGINES,
+    VLLM_SAMPLER_FP32_COPIES,
     plan_vllm,
     vllm_activation_bytes,
     vllm_graph_bytes,
     vllm_profiled_tokens,
+    vllm_sampler_bytes,
+    vllm_samples_in_profile,
 )
 
 __all__ = [
@@ -69,4 +72,5 @@ __all__ = [
     "hf_model_from_config", "hf_text_config", "kv_bytes_per_token", "plan_llama_cpp", "plan_vllm", "read_gguf",
     "read_hf", "safetensors_sizes", "VLLM_CUDA_GRAPH_BYTES", "VLLM_CUDA_GRAPH_TP_BYTES", "VLLM_ENGINES",
     "vllm_activation_bytes", "vllm_derived_max_len", "vllm_graph_bytes", "vllm_profiled_tokens",
+    "VLLM_SAMPLER_FP32_COPIES", "vllm_sampler_bytes", "vllm_samples_in_profile",
 ]

@@ -1,11 +1,15 @@
 """vLLM arithmetic: the KV cache vLLM would size at start-up, its refusals, and what would fit instead.
 
 Per GPU after tensor parallel: KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak -
-non-torch memory, in whole blocks of 16 tokens. Bytes unless a name says otherwise; lengths in tokens.
+non-torch memory, in whole blocks of 16 tokens. The activation peak is that of the rank with the smallest KV cache,
+the one that samples (V0's driver; every V1 rank): forward pass plus the sampler's logits. Bytes unless a name says
+otherwise; lengths in tokens. Each constant is calibrated on tests/data/vllm_startup_corpus.json
+(tools/vllm_corpus_table.py prints the per-case error).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from . import messages
@@ -27,12 +31,24 @@ from .units import (
 VLLM_BLOCK_SIZE = 16
 #: vLLM's "PyTorch activation peak memory" comes from a profile run over max_num_batched_tokens tokens. Per profiled
 #: token it holds about (A x hidden + B x intermediate / TP) fp16 elements (residual stream, gate/up projections and
-#: their product), plus the sampler's fp32 logits for max_num_seqs sequences (max_num_seqs x vocab x 4 bytes). Fitted to the logs in tests/data/vllm_startup_corpus.json (vllm#10517: 2.07 GiB at 20000 and 2.99 GiB at
-#: 29000 tokens for Llama-3.1-8B; vllm#11251: 2.53 GiB at 40000 tokens at TP 2; vllm#6746: the 405B at TP 8) and
-#: kept on the high side of every one, so the planner never predicts more KV cache than vLLM finds. (M)
+#: their product). Fitted to the logs in tests/data/vllm_startup_corpus.json (vllm#10517: 2.07 GiB at 20000 and
+#: 2.99 GiB at 29000 tokens for Llama-3.1-8B; vllm#11251: 2.53 GiB at 40000 tokens at TP 2; vllm#6746: the 405B at
+#: TP 8) and kept on the high side of every one, so the planner never predicts more KV cache than vLLM finds. (M)
 VLLM_ACT_HIDDEN_ELEMS = 1.0
 VLLM_ACT_MLP_ELEMS = 4.0
-VLLM_ACT_SAMPLER_COPIES = 1
+#: The sampler's share of that peak, in fp32 copies of the logits (max_num_seqs x vocab x 4 bytes, the full
+#: vocabulary: not split by TP). From 0.7 vLLM's profile run samples every dummy sequence with top-k and top-p
+#: (sorting, softmax, log-softmax, index tensors), so the peak holds several such copies on the rank that samples:
+#: V0's driver (rank 0, which gathers the logits; the other ranks hold none) and every V1 rank. V0 sizes the KV cache
+#: by the smallest block count over its ranks, the driver's, so the sampler counts in the per-GPU figure. Calibrated
+#: on the logs (each needs at least): vllm#13882 (0.7, TP 1, Qwen2.5-7B, 4096 tokens) logs 1.42 GiB where the forward
+#: term gives 0.61: 5.6 copies; vllm#13061 (0.7, TP 2) logged 0.19 GiB on the quoted non-driver worker and 5096
+#: blocks in all, 1.2 GiB less KV than that worker's 8.69 GiB: 6.8 copies on the driver; vllm#15039 (0.8, TP 4)
+#: logs 1.30 GiB on rank 0 against 0.73 on another rank, and its KV needs 7.4. Eight covers all three. vLLM before
+#: 0.7 shows no such peak (vllm#10517, 0.6.4: 0.06 GiB at 512 profiled tokens, one fp16 logits tensor), so releases
+#: older than VLLM_SAMPLER_PROFILED_SINCE count none. (M)
+VLLM_SAMPLER_FP32_COPIES = 8
+VLLM_SAMPLER_PROFILED_SINCE = (0, 7)
 #: A floor under the profile peak (cuBLAS workspaces, small-batch buffers): logs show >= 1.2 GiB at 8192 tokens
 #: for 8B models and 0.06-1.3 GiB with chunked prefill. (M)
 VLLM_ACTIVATION_FLOOR_BYTES = GiB // 4
@@ -83,13 +99,33 @@ def vllm_profiled_tokens(max_model_len: int, engine: str = "V0", enable_chunked_
     return VLLM_V0_CHUNKED_BATCHED_TOKENS if chunked else max(max_model_len, VLLM_MIN_BATCHED_TOKENS)
 
 
-def vllm_activation_bytes(model: HfModel, tp: int, tokens: int, max_num_seqs: int) -> int:
-    """vLLM's profile-run activation peak per GPU for `tokens` profiled tokens (bytes)."""
+def vllm_samples_in_profile(vllm_version: str | None) -> bool:
+    """Whether this vLLM release's profile run samples (top-k/top-p over max_num_seqs sequences), which puts the
+    sampler's copies of the logits into the activation peak: from 0.7 on, and for an unknown release (None), the
+    side that predicts less KV cache. A version that does not parse counts as sampling."""
+    found = re.match(r"(\d+)\.(\d+)", vllm_version or "")
+    return found is None or (int(found[1]), int(found[2])) >= VLLM_SAMPLER_PROFILED_SINCE
+
+
+def vllm_sampler_bytes(model: HfModel, tokens: int, max_num_seqs: int, sampler_profiled: bool = True) -> int:
+    """The sampler's share of the profile peak on the rank that samples (bytes): VLLM_SAMPLER_FP32_COPIES fp32
+    copies of one row of logits per profiled sequence (at most one sequence per profiled token); 0 for releases whose
+    profile run does not sample."""
+    if not sampler_profiled:
+        return 0
+    vocab = model.vocab_size or VLLM_FALLBACK_VOCAB
+    return VLLM_SAMPLER_FP32_COPIES * min(max_num_seqs, tokens) * vocab * 4
+
+
+def vllm_activation_bytes(model: HfModel, tp: int, tokens: int, max_num_seqs: int,
+                          sampler_profiled: bool = True) -> int:
+    """vLLM's profile-run activation peak on the GPU with the smallest KV cache (bytes), for `tokens` profiled
+    tokens: the forward pass's per-token term split by TP, plus the sampler's logits (vllm_sampler_bytes), summed
+    although the two peaks do not overlap in time (the sum is the side that predicts less KV cache)."""
     hidden = model.hidden_size or model.n_heads * model.head_dim
     inter = model.intermediate_size or 6 * hidden
-    vocab = model.vocab_size or VLLM_FALLBACK_VOCAB
     per_token = 2 * (VLLM_ACT_HIDDEN_ELEMS * hidden + VLLM_ACT_MLP_ELEMS * inter / tp)
-    sampler = VLLM_ACT_SAMPLER_COPIES * min(max_num_seqs, tokens) * vocab * 4 / tp
+    sampler = vllm_sampler_bytes(model, tokens, max_num_seqs, sampler_profiled)
     return int(max(VLLM_ACTIVATION_FLOOR_BYTES, tokens * per_token + sampler))
 
 
@@ -119,6 +155,7 @@ class _VllmCase:
     engine: str = "V0"
     enable_chunked_prefill: bool | None = None
     enforce_eager: bool = False
+    vllm_version: str | None = None
 
     @property
     def gpu_bytes(self) -> int:
@@ -127,7 +164,8 @@ class _VllmCase:
     def overhead(self, length: int) -> int:
         """Activation peak + non-torch memory per GPU at this max_model_len."""
         tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill)
-        return vllm_activation_bytes(self.model, self.tp, tokens, self.max_num_seqs) + self.non_torch
+        return (vllm_activation_bytes(self.model, self.tp, tokens, self.max_num_seqs,
+                                      vllm_samples_in_profile(self.vllm_version)) + self.non_torch)
 
     def kv_tokens(self, length: int) -> int:
         """Tokens the KV cache holds at this max_model_len, whole blocks."""
@@ -197,7 +235,8 @@ def _utilization_refusal(c: _VllmCase) -> str | None:
 
 
 def _opts(c: _VllmCase) -> dict:
-    return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager}
+    return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager,
+            "vllm_version": c.vllm_version}
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -233,11 +272,13 @@ def _suggestions(c: _VllmCase, max_ctx: int) -> list[str]:
 
 def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, max_model_len: int,
               gpu_memory_utilization: float, kv_cache_dtype: str = "auto", max_num_seqs: int = 256, *,
-              enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None) -> Plan:
+              enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None,
+              vllm_version: str | None = None) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
     16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
-    2048 with chunked prefill, which `vllm serve` turns on above 32k; V1: 8192). vLLM refuses to start when the KV
+    512 with chunked prefill, which `vllm serve` turns on above 32k; V1: 8192), plus from vLLM 0.7 the sampler's fp32
+    copies of max_num_seqs x vocab logits on the rank that samples, whose KV cache is the smallest and sets vLLM's. vLLM refuses to start when the KV
     space is <= 0 ("No available memory for the cache blocks") or holds fewer tokens than one max_model_len sequence
     ("The model's max seq len ... is larger than the maximum number of tokens that can be stored in KV cache"); it
     runs out of memory capturing CUDA graphs when the share outside gpu_memory_utilization cannot hold the CUDA
@@ -248,13 +289,14 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
 
     gpu_mib: VRAM per GPU in MiB (as torch reports the total); max_model_len, max_num_seqs in tokens/sequences.
     enforce_eager: no CUDA graphs; engine: "V0" or "V1"; enable_chunked_prefill: None for vLLM's default under
-    `vllm serve`. Outcome is "fits" or "does_not_fit". Raises ValueError for non-positive sizes, a utilization outside
+    `vllm serve`; vllm_version: the release ("0.8.5.post1"), which decides whether the profile run samples
+    (vllm_samples_in_profile; None: it does). Outcome is "fits" or "does_not_fit". Raises ValueError for non-positive sizes, a utilization outside
     (0, 1], an unknown kv_cache_dtype or engine.
     """
     return _plan_vllm(model, gpu_mib, n_gpus, tensor_parallel, max_model_len, gpu_memory_utilization,
                       kv_cache_dtype, max_num_seqs, True,
                       {"engine": engine, "enable_chunked_prefill": enable_chunked_prefill,
-                       "enforce_eager": enforce_eager})
+                       "enforce_eager": enforce_eager, "vllm_version": vllm_version})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,

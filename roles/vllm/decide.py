@@ -259,17 +259,18 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
             for g, users in sorted(claimed.items()) if len(users) > 1 and sum(u for _, u in users) > 1]
 
 
-def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0"
-           ) -> tuple[planner.Plan, list[str]]:
+def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
+           vllm_version: str | None = None) -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB: (plan, problems). float32
-    weights and an "auto" KV cache count 4 bytes per element."""
+    weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile run's
+    sampler counts (None: it does)."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
         kv = "auto_float32" if kv == "auto" else kv
     mplan = planner.plan_vllm(hf, gpu_mib, n_visible, inst.tensor_parallel_size, inst.max_model_len,
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
-                              engine=engine)
+                              engine=engine, vllm_version=vllm_version)
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])
@@ -325,7 +326,8 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     if config is not None:
         problems += (more := model_problems(key, inst, config, cc, rel))
         if not more and inst.tensor_parallel_size <= visible:
-            mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, gpus), visible, rel.engine)
+            mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, gpus), visible, rel.engine,
+                                 rel.version)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     return Instance(name, inst, model_path, files_, dtype, api_key, mplan), problems

@@ -354,9 +354,10 @@ def test_14b_fp16_on_one_32gb_is_refused_suggesting_tp2_or_gptq(shape_14b: HfMod
     text = "\n".join(p.reasons)
     # vLLM's arithmetic: 0.9 x 32510 MiB - 26703 MiB of weights - 2558 MiB of activation peak (8192 profiled tokens;
     # this config states no intermediate_size, so the MLP is planned 6 x hidden wide) and non-torch memory leaves
-    # nothing: "No available memory for the cache blocks". A shorter max_model_len profiles fewer tokens and fits.
+    # nothing: "No available memory for the cache blocks". A shorter max_model_len profiles fewer tokens and fits,
+    # less the profile run's sampler (no release given: counted, 8 fp32 copies of 256 x 152064 logits = 1188 MiB).
     assert "No available memory for the cache blocks" in text
-    assert p.max_context_that_fits == 1904
+    assert p.max_context_that_fits == 576
     assert "tensor_parallel_size 2" in text and "GPTQ" in text
 
 
