@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import re
 import shlex
 import sys
 import time
@@ -233,19 +234,21 @@ def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False) 
 
 
 def write_reports(results: dict, directory: str, load: Load) -> list[Path]:
-    """DIR/<host>.md and DIR/<host>.png per benched host; the paths written."""
+    """DIR/<host>.md and DIR/<host>.png per benched host (characters other than letters, digits, '.', '_' and '-'
+    of the host's name become '_'); the paths written."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for host, rows in results.items():
         if isinstance(rows, str):
             continue
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", host)  # "@local" -> "_local": a plain file name
         png = report.plot(rows)
         if png:
-            (out / f"{host}.png").write_bytes(png)
-            written.append(out / f"{host}.png")
-        (out / f"{host}.md").write_text(report.markdown(host, rows, load, f"{host}.png"))
-        written.append(out / f"{host}.md")
+            (out / f"{name}.png").write_bytes(png)
+            written.append(out / f"{name}.png")
+        (out / f"{name}.md").write_text(report.markdown(host, rows, load, f"{name}.png"))
+        written.append(out / f"{name}.md")
     return written
 
 

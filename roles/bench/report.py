@@ -92,7 +92,7 @@ def table(results: dict[str, list[InstanceBench] | str], concurrency: tuple[int,
             lines.append("   " + "  ".join(str(v).ljust(w) if k < 2 else str(v).rjust(w)
                                            for k, (v, w) in enumerate(zip(r, widths))))
         for i in rows:
-            lines += [f"   {i.unit}: {i.residency}"] if i.residency else []
+            lines += [f"   {i.unit}: {i.residency}"] if i.residency and i.on_gpu else []  # else a flag says it
             lines += [f"   {i.unit}: FLAG {f}" for f in i.flags]
             if i.sweep_ratios:
                 lines.append(f"   {i.unit}: sweep default/best: "
