@@ -63,6 +63,8 @@ def preflight(host: Host) -> HostPlan:
     served, more = vllm.plan(settings, python, gpus, driver.pin.version if driver else None,
                              lambda path: host.get_fact(HfModelDir, path=path), ports)
     problems += more
+    for line in (w for i in (served.instances if served else ()) for w in i.warnings):
+        logger.warning(f"[{host.name}] vllm: {line}")
     claims = gpu_claims_of(settings, gpus, llama, served)
     problems += shared_gpu_problems(claims, gpu_memory_mib(settings, gpus))
     if problems or driver is None:

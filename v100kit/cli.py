@@ -1,4 +1,4 @@
-"""The `v100kit` command: `v100kit plan|doctor INVENTORY [--json] [--limit HOST]` and `v100kit lab ACTION`.
+"""The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]` and `v100kit lab ACTION`.
 
 Every subcommand is a module with `add_arguments(parser)` and `run(args) -> exit status`; the skeleton here gives
 the commands that read an inventory the same arguments and the same error handling.
@@ -14,6 +14,8 @@ import sys
 COMMANDS = {
     "plan": ("v100kit.plan", "what each host would get (driver, CUDA, builds, memory plans); changes nothing"),
     "doctor": ("v100kit.doctor", "diagnose hosts against their pinned state; changes nothing"),
+    "bench": ("v100kit.bench", "measure what each instance serves (residency, TTFT, tokens/s, roofline); "
+                               "--sweep stops services"),
     "lab": ("lab.cli", "build, boot, reboot, stop or destroy the bundled lab hosts"),
 }
 

@@ -2,8 +2,8 @@
 
 Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build, the vLLM release and venv, and per
 llama-server@NAME / vllm@NAME instance the planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
-largest context that fits, layers that would run on the CPU, the decode ceiling in tokens/s). A host whose
-settings are refused prints the refusal. Exit status 1 when any host is refused.
+largest context that fits, layers that would run on the CPU, the decode ceiling in tokens/s), and warnings (a
+bf16-trained model served in fp16 below compute capability 8.0: overflow risk). A host whose settings are refused prints the refusal. Exit status 1 when any host is refused.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def summarize(host, plan: HostPlan) -> dict:
                        "python": plan.vllm.python, "venv": plan.vllm.venv}
         for inst in plan.vllm.instances:
             out["instances"][f"vllm@{inst.name}"] = {"model": inst.model_path, "dtype": inst.dtype,
-                                                     "plan": _memory(inst.memory)}
+                                                     "plan": _memory(inst.memory), "warnings": list(inst.warnings)}
     return out
 
 
@@ -69,6 +69,7 @@ def table(results: dict) -> str:
             lines.append(f"   GPU {g}: {d['total_mib']} MiB claimed ({users})")
         for inst, d in r["instances"].items():
             p = d["plan"]
+            lines += [f"   WARNING {w}" for w in d.get("warnings", [])]
             if d.get("kv_cache"):
                 kv = d["kv_cache"]
                 lines.append(f"   {inst}: KV cache -ctk {kv['type_k']} -ctv {kv['type_v']}: {kv['why']}")

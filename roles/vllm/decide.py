@@ -48,6 +48,7 @@ class Instance:
     dtype: str  # what --dtype gets: half below compute capability 8.0
     api_key: str | None = field(repr=False)
     memory: planner.Plan | None  # None: the model could not be read
+    warnings: tuple[str, ...] = ()  # served, but at a risk the user should know (half_precision_warnings)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,27 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
                                 "(FP8 e4m3 needs sm_89; roles/vllm/versions.py)",
                                 f"use one of {', '.join(release.volta_kv_cache_dtypes)}"))
     return problems
+
+
+def trained_dtype(config: dict) -> str | None:
+    """The dtype a model was trained and saved in, from config.json: `torch_dtype` (or `dtype`, its newer name in
+    transformers), of the text config for multimodal models, else of the top level; None when not given."""
+    c = planner.hf_text_config(config)
+    value = c.get("torch_dtype") or c.get("dtype") or config.get("torch_dtype") or config.get("dtype")
+    return str(value) if value else None
+
+
+def half_precision_warnings(name: str, config: dict, dtype: str, cc: tuple[int, int]) -> list[str]:
+    """A bf16-trained model served in half precision (fp16) on compute capability below 8.0 (no bf16 there:
+    BF16_MIN_CAPABILITY): bf16 has fp32's exponent range, fp16 overflows above 65504, so activations that were fine
+    in bf16 can become inf/NaN in fp16 and the output degenerates into one repeated token ("!!!!"). Not refused:
+    many such models serve fine in fp16; `v100kit bench` checks the output. [] when it does not apply."""
+    if cc >= BF16_MIN_CAPABILITY or dtype not in ("half", "float16") or trained_dtype(config) != "bfloat16":
+        return []
+    return [f"vllm@{name}: the model was trained in bfloat16 (config.json torch_dtype) and is served in float16 on "
+            f"compute capability {cc[0]}.{cc[1]} (no bf16 below 8.0): fp16 overflow risk (activations beyond 65504 "
+            "become inf/NaN and the output can degenerate into one repeated token such as '!!!!'); check it with "
+            "`v100kit bench` (its output check), or serve a GGUF of the model with llama.cpp"]
 
 
 def _model(key: str, inst: VllmInstance, name: str, home: str, host_model: Callable[[str], dict | None]):
@@ -330,7 +352,8 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
                                  rel.version)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
-    return Instance(name, inst, model_path, files_, dtype, api_key, mplan), problems
+    warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()
+    return Instance(name, inst, model_path, files_, dtype, api_key, mplan, warnings), problems
 
 
 def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], driver_version: str | None,

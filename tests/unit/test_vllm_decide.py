@@ -118,3 +118,29 @@ def test_no_room_for_cuda_graphs_names_gpu_memory_utilization_and_enforce_eager(
 def test_heads_not_divisible_names_tensor_parallel_size():
     _, problems = _memory("k", _VllmInstance(model_path="/m", tensor_parallel_size=3), QWEN7B, 32510, 4)
     assert problems and problems[0].startswith("k.tensor_parallel_size = 3") and "divisible" in problems[0]
+
+
+def test_a_bf16_trained_model_served_in_fp16_below_8_0_is_warned_about(tmp_path):
+    from lab.models import write_tiny_hf
+    from roles.settings import Settings, VllmInstance
+    from roles.vllm.decide import half_precision_warnings, instance
+    from roles.vllm.versions import VLLM_RELEASES
+
+    bf16 = {"torch_dtype": "bfloat16"}
+    assert "overflow" in half_precision_warnings("q", bf16, "half", (7, 0))[0]
+    assert half_precision_warnings("q", bf16, "half", (8, 0)) == []
+    assert half_precision_warnings("q", {"torch_dtype": "float16"}, "half", (7, 0)) == []
+    assert half_precision_warnings("q", {"text_config": {"dtype": "bfloat16"}}, "float16", (7, 0))
+    assert half_precision_warnings("q", bf16, "float32", (7, 0)) == []
+
+    model = write_tiny_hf(tmp_path / "m", config=bf16)
+    inst = VllmInstance(model_source=str(model), max_model_len=1024)
+    settings = Settings(vllm_instances={"q": inst})
+    resolved, problems = instance("q", inst, settings, VLLM_RELEASES["0.8.5.post1"], [], lambda p: None)
+    assert resolved.dtype == "half" and len(resolved.warnings) == 1 and "vllm@q" in resolved.warnings[0]
+
+    from v100kit.plan import table as plan_table
+    shown = plan_table({"gpu-01": {"platform": "debian12", "driver": "535", "cuda": ["11.8"], "llama_cpp": None,
+                                   "vllm": None, "instances": {"vllm@q": {"model": "m", "dtype": "half", "plan": None,
+                                                                          "warnings": list(resolved.warnings)}}}})
+    assert "WARNING vllm@q: the model was trained in bfloat16" in shown

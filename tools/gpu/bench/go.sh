@@ -1,0 +1,71 @@
+#!/bin/bash
+# issue 15 on a real NVIDIA GPU: `v100kit bench --sweep` against llama-server@bench serving an 8B-shaped Q4_K_M
+# GGUF with the role's rendered arguments. Run from the repository root on the device machine, with .gpu/ carried:
+#   .gpu/llama.cpp-0.3.36.tar.xz (tools/gpu/README.md) and .gpu/bench-site.tar.xz (tools/gpu/bench/prepare.sh).
+# Steps: the toolkit's packages for the device's python3; the pinned default tree built for the GPU's architecture
+# (CUDA 13 cannot build sm_70); the model (tools/gpu/memory/mkmodel.py 8b, then llama-quantize Q4_K_M) while it
+# builds; the instance set up from the deploy's own preflight (instance.py), started through a systemctl stand-in
+# (no systemd there); then `v100kit bench --json --report --sweep` against a localhost inventory. Into $OUT:
+# bench.json, report/_local.md, report/_local.png, progress.log, logs.tar.xz. State in /tmp: a second call on the
+# same machine reuses the build and the model. About 6-7 minutes on 16 cores (build ~4, quantize ~1, bench+sweep ~1.5).
+T0=$(date +%s)
+G=$PWD/.gpu; R=/tmp/bench; M=/tmp/m; SRC=/tmp/l36/llama.cpp
+mkdir -p $R $M $OUT/report
+st() { echo "+$(( $(date +%s)-T0 ))s $*" | tee -a $R/progress.log; }
+[ -d /tmp/bench-site ] || tar xJf $G/bench-site.tar.xz -C /tmp
+export PYTHONPATH=$PWD:/tmp/bench-site PYTHONUNBUFFERED=1
+st "start: $(nvidia-smi -L | head -1); $(python3 -V); $(. /etc/os-release; echo "$PRETTY_NAME"); $(nproc) cores"
+python3 -c 'import pyinfra, pydantic, paramiko, gguf' 2>>$R/progress.log || { st "packages missing: run tools/gpu/bench/prepare.sh on the control machine"; exit 1; }
+CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d . )
+
+( [ -f $M/8b-f16.gguf ] || [ -f $M/8b-q4km.gguf ] || python3 tools/gpu/memory/mkmodel.py 8b $M/8b-f16.gguf ) > $R/mk8b.log 2>&1 &
+PM=$!
+if [ ! -x $SRC/build/bin/llama-server ]; then
+  [ -d $SRC ] || { mkdir -p /tmp/l36 && tar xJf $G/llama.cpp-0.3.36.tar.xz -C /tmp/l36; }
+  # roles/llama_cpp/decide.py cmake_args, for this GPU's architecture, with this toolkit's own nvcc and host compiler
+  cmake -S $SRC -B $SRC/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$CC \
+    -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_CCACHE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
+    -DLLAMA_USE_PREBUILT_UI=OFF > $R/cmake.log 2>&1
+  s=$(date +%s); ninja -C $SRC/build llama-server llama-quantize > $R/build.log 2>&1
+  echo "ninja rc=$? after $(( $(date +%s)-s ))s" >> $R/build.log
+fi
+st "build sm_$CC: $(tail -1 $R/build.log)"
+mkdir -p /opt/llama.cpp && ln -sfn $SRC/build /opt/llama.cpp/current  # current/bin/llama-server, as the unit runs it
+wait $PM; st "model f16: $(tail -1 $R/mk8b.log)"
+if [ ! -f $M/8b-q4km.gguf ]; then
+  $SRC/build/bin/llama-quantize $M/8b-f16.gguf $M/8b-q4km.tmp Q4_K_M $(nproc) > $R/quant.log 2>&1 \
+    && mv $M/8b-q4km.tmp $M/8b-q4km.gguf && rm -f $M/8b-f16.gguf
+  st "quantize: $(grep -E 'quant size|total time' $R/quant.log | tr -s ' ' | tr '\n' ' ')"
+fi
+chmod 755 $M; chmod 644 $M/8b-q4km.gguf
+
+python3 tools/gpu/bench/instance.py $M/8b-q4km.gguf $R > $R/plan.txt 2>&1 || { cat $R/plan.txt; st "instance setup failed"; exit 1; }
+st "plan and rendered arguments:"; cat $R/plan.txt | tee -a $R/progress.log
+[ -d /run/systemd/system ] || install -m 755 tools/gpu/bench/systemctl /usr/local/bin/systemctl
+systemctl start llama-server@bench
+python3 -c "from v100kit.loadgen import wait_healthy; print('healthy' if wait_healthy('http://127.0.0.1:8080', None, 60) else 'NOT healthy')" > $R/health.txt
+st "llama-server@bench: $(cat $R/health.txt); $(grep -m1 -o 'offloaded [0-9/]* layers to GPU' /var/log/llama-server@bench.log)"
+
+python3 -m v100kit.cli bench $R/inventory.py --json --report $OUT/report --sweep > $OUT/bench.json 2> $R/bench.err
+rc=$?
+st "bench rc=$rc ($(grep -c . $R/bench.err) progress lines)"
+python3 - $OUT/bench.json <<'PY' 2>&1 | tee -a $R/progress.log
+import json, sys
+from roles.bench.figures import Load
+from roles.bench.report import InstanceBench, table
+from roles.bench.figures import Level
+doc = json.load(open(sys.argv[1]))
+for host, rows in doc["hosts"].items():
+    if isinstance(rows, str):
+        print(host, rows); continue
+    for r in rows:
+        r["levels"] = [Level(**{**lv, "errors": tuple(lv["errors"])}) for lv in r["levels"]]
+        for k in ("vram_ratio", "decode_tps"):
+            r.pop(k, None)
+    print(table({host: [InstanceBench(**r) for r in rows]}, tuple(doc["load"]["concurrency"])))
+PY
+systemctl stop llama-server@bench
+cp $R/progress.log $OUT/
+tar cJf $OUT/logs.tar.xz -C / tmp/bench/cmake.log tmp/bench/build.log tmp/bench/quant.log tmp/bench/mk8b.log \
+  tmp/bench/plan.txt tmp/bench/bench.err var/log/llama-server@bench.log $(cd / && ls tmp/v100kit-sweep-*.log 2>/dev/null) 2>/dev/null
+st "done"

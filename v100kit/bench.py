@@ -1,0 +1,279 @@
+"""v100kit bench INVENTORY [--json] [--report DIR] [--sweep] [--limit HOST ...]: measure what each host serves.
+
+Per llama-server@NAME and vllm@NAME instance: GPU residency (nvidia-smi --query-compute-apps; for llama.cpp also
+its log's offloaded-layers line), VRAM against the planner's figure, TTFT p50/p95 and inter-token latency,
+decode tokens/s of one stream and aggregate tokens/s at concurrency 1, 4 and 8 (fixed prompt and output lengths,
+one seed, streamed through the instance's OpenAI-compatible endpoint with its API key), the bandwidth-roofline
+fraction, and a check for degenerate output. The load is bounded in requests and time (roles/bench/figures.py
+Load) and goes only to the inventory's own endpoints: directly where the instance listens beyond loopback or the
+host is this machine, else through the host's SSH connection.
+
+Plain bench changes nothing and never stops a service. --sweep (llama.cpp instances) stops each instance's service
+after saying so, runs llama-server by hand with alternative flags as the service user, and always starts the
+service again at the end, also after an error or Ctrl-C.
+
+Exit status: 0 all measured and on the GPU, 1 any instance flagged (not on the GPU, not running, degenerate output,
+failed requests), 2 a host could not be benched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from roles.bench import report, roofline
+from roles.bench import sweep as sweeping
+from roles.bench.figures import Load, degenerate
+from roles.bench.report import InstanceBench
+from roles.bench.residency import judge_instance
+from roles.preflight import HostPlan
+from v100kit import loadgen
+from v100kit.hosts import for_each_host
+
+MiB = 1 << 20
+#: The load of a plain bench, and the smaller one of each --sweep alternative (seven of them per instance).
+LOAD = Load()
+SWEEP_LOAD = Load(concurrency=(1, 8), requests_per_level=8, level_time_s=30.0, request_timeout_s=60.0)
+#: How long an alternative llama-server or the restarted service may take to answer /health, seconds.
+START_TIMEOUT_S = 300.0
+
+
+def say(line: str) -> None:
+    """Progress on stderr (stdout stays the table or the JSON): one updated line on a terminal."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K" + line[:150])
+        sys.stderr.flush()
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def is_local(host) -> bool:
+    """The host is this machine: pyinfra's @local connector, or an SSH host at a loopback address (the lab)."""
+    if type(host.connector).__name__ == "LocalConnector":
+        return True
+    address = host.data.get("ssh_hostname") or host.name
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def endpoint(host, listen: str, port: int) -> tuple[str, object | None]:
+    """(base URL, tunnel to close or None): the instance's own address where the host is this machine or it
+    listens beyond loopback, else a Tunnel over the host's SSH connection."""
+    loopback = ipaddress.ip_address(listen).is_loopback
+    if is_local(host):
+        return f"http://{'127.0.0.1' if loopback or listen in ('0.0.0.0', '::') else listen}:{port}", None
+    if not loopback:
+        address = host.data.get("ssh_hostname") or host.name
+        return f"http://{address if listen in ('0.0.0.0', '::') else listen}:{port}", None
+    from v100kit.tunnel import Tunnel
+    t = Tunnel(host.connector.client.get_transport(), listen, port)
+    return f"http://127.0.0.1:{t.local_port}", t
+
+
+def shell(host, command: str) -> str:
+    """Run a command on the host (sudo as the inventory says); raises RuntimeError with its output on failure."""
+    from pyinfra.api.command import StringCommand
+    ok, out = host.run_shell_command(StringCommand(command), _sudo=bool(host.data.get("_sudo")))
+    if not ok:
+        raise RuntimeError(f"`{command[:80]}` failed: {out.stderr[-300:] or out.stdout[-300:]}")
+    return out.stdout
+
+
+class HostControl:
+    """sweep.Control on a host reached by pyinfra: systemctl for the service; an alternative llama-server started
+    with nohup as the service user (runuser), with the key from the instance's key file (never in argv), its log
+    in /tmp/v100kit-sweep-NAME.log, stopped by its PID."""
+
+    def __init__(self, host, unit: str, binary: str, user: str, home: str, key_env: str, url: str, key: str | None):
+        self.host, self.unit, self.binary, self.user, self.home = host, unit, binary, user, home
+        self.key_env, self.url, self.key = key_env, url, key
+        self.log = f"/tmp/v100kit-sweep-{unit.split('@')[-1]}.log"
+
+    def stop_service(self) -> None:
+        shell(self.host, f"systemctl stop {shlex.quote(self.unit)}")
+
+    def start_service(self) -> None:
+        shell(self.host, f"systemctl start {shlex.quote(self.unit)}")
+        if not loadgen.wait_healthy(self.url, self.key, START_TIMEOUT_S):
+            raise RuntimeError(f"{self.unit} started again but does not answer /health after {START_TIMEOUT_S:.0f} s")
+
+    def start_alternative(self, args: list[str]) -> object:
+        argv = " ".join(shlex.quote(a) for a in [self.binary, *args])
+        inner = (f"set -a; [ -r {shlex.quote(self.key_env)} ] && . {shlex.quote(self.key_env)}; set +a; "
+                 f"cd {shlex.quote(self.home)} 2>/dev/null || cd /; exec runuser -u {shlex.quote(self.user)} -- {argv}")
+        pid = shell(self.host, f"nohup setsid sh -c {shlex.quote(inner)} > {self.log} 2>&1 < /dev/null & echo $!")
+        handle = int(pid.strip().splitlines()[-1])
+        if not loadgen.wait_healthy(self.url, self.key, START_TIMEOUT_S):
+            self.stop_alternative(handle)
+            tail = shell(self.host, f"tail -n 5 {self.log} 2>/dev/null || true").strip().replace("\n", " | ")
+            raise RuntimeError(f"no /health within {START_TIMEOUT_S:.0f} s: {tail[-250:]}")
+        return handle
+
+    def stop_alternative(self, handle: object) -> None:
+        p = int(handle)
+        shell(self.host, f"kill -- -{p} {p} 2>/dev/null; for i in $(seq 40); do kill -0 {p} 2>/dev/null || exit 0; "
+                         f"sleep 0.25; done; kill -9 -- -{p} {p} 2>/dev/null; true")
+
+
+def _roofline(i: InstanceBench, memory, gpu_name: str | None, engine: str, tp: int, load: Load) -> dict | None:
+    """The roofline figures of one measured instance (None without a plan, a known GPU or a decode speed).
+    llama.cpp splits layers across GPUs, read one after another: all weights count against one GPU's bandwidth.
+    vLLM's tensor parallel reads each GPU's share at once: one GPU's weights and its share of the KV cache."""
+    bw = roofline.bandwidth(gpu_name or "")
+    c1 = i.at(1)
+    if memory is None or bw is None or not i.decode_tps or c1 is None:
+        return None
+    context = (c1.prompt_tokens or load.prompt_words) + load.output_tokens / 2
+    if engine == "llama.cpp":
+        weights, kv = memory.weight_bytes * memory.n_gpus, memory.kv_bytes_per_token
+    else:
+        weights, kv = memory.weight_bytes, memory.kv_bytes_per_token / tp
+    per_token = roofline.bytes_per_token(weights, kv, context)
+    return {"gpu": gpu_name, "table_row": bw.gpu, "bandwidth_gb_s": bw.bytes_per_s / 1e9, "source": bw.source,
+            "context_tokens": context, "bytes_per_token": per_token,
+            "ceiling_tps": roofline.roofline_tps(per_token, bw.bytes_per_s),
+            "fraction": roofline.roofline_fraction(i.decode_tps, per_token, bw.bytes_per_s)}
+
+
+def _figures(levels) -> dict:
+    """A sweep run's figures: TTFT p50 and decode tokens/s at concurrency 1, aggregate at the highest."""
+    c1, top = levels[0], levels[-1]
+    return {"ttft_p50_ms": c1.ttft_p50_ms, "decode_tps": c1.decode_tps_per_stream, "aggregate_tps": top.aggregate_tps}
+
+
+def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Load, do_sweep: bool) -> InstanceBench:
+    """Measure one instance (see the module's docstring)."""
+    from roles.bench.facts import InstanceEvidence
+    from roles.nvidia_driver.facts import NvidiaGpus
+
+    s = inst.settings
+    unit = f"{'llama-server' if engine == 'llama.cpp' else 'vllm'}@{inst.name}"
+    i = InstanceBench(host.name, unit, engine)
+    ev = host.get_fact(InstanceEvidence, unit=unit, port=s.port)
+    gpus = host.get_fact(NvidiaGpus)
+    i.running = ev["main_pid"] > 0
+    tp = getattr(s, "tensor_parallel_size", 1)
+    if inst.memory is not None:
+        m = inst.memory
+        per_gpu = m.total_bytes if engine == "llama.cpp" else m.budget_bytes + m.cuda_context_bytes
+        i.planned_vram_mib = per_gpu * (m.n_gpus if engine == "llama.cpp" else tp) / MiB
+    if not i.running:
+        i.residency = "the service has no running process"
+        i.flags.append(f"{unit} is not running (systemctl status {unit})")
+        return i
+    verdict, used = judge_instance(engine, ev, s.n_gpu_layers if engine == "llama.cpp" else 0, sole)
+    i.on_gpu, i.residency, i.vram_mib = verdict.on_gpu, verdict.evidence, used
+    if not verdict.on_gpu:
+        i.flags.append(f"not on the GPU: {verdict.evidence}")
+    url, tunnel = endpoint(host, s.listen, s.port)
+    i.url = f"http://{s.listen}:{s.port}" + ("" if tunnel is None else " (through the SSH connection)")
+    model = (getattr(s, "served_model_name", None) or inst.name) if engine == "vllm" else inst.name
+    try:
+        if not loadgen.wait_healthy(url, inst.api_key, 30) and loadgen.get(url, "/v1/models", inst.api_key) != 200:
+            i.flags.append(f"{unit} does not answer at {i.url}")
+            return i
+        i.levels, samples = loadgen.measure(url, inst.api_key, model, load, lambda line: say(f"{unit}: {line}"))
+        texts = [x.text for x in samples if x.ok]
+        i.sample_text = texts[0][:200] if texts else ""
+        bad = [why for t in texts if (why := degenerate(t))]
+        if bad:
+            i.degenerate = f"{len(bad)} of {len(texts)} completions degenerate: {bad[0]}"
+            i.flags.append(f"degenerate output ({i.degenerate}); a bf16-trained model in fp16 overflows this way")
+        failed = sum(lv.failed for lv in i.levels)
+        if failed:
+            i.flags.append(f"{failed} requests failed: {'; '.join(e for lv in i.levels for e in lv.errors)[:200]}")
+        gpu = next((g["name"] for g in gpus if g["index"] == (s.gpus[0] if s.gpus else 0)), None)
+        i.roofline = _roofline(i, inst.memory, gpu, engine, tp, load)
+        if do_sweep and engine == "llama.cpp":
+            _sweep(host, plan, inst, i, url)
+    finally:
+        if tunnel is not None:
+            tunnel.close()
+    return i
+
+
+def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str) -> None:
+    """--sweep of one llama.cpp instance: roles/bench/sweep.py run with HostControl; results into `i`."""
+    from roles.llama_cpp.decide import CONFIG_DIR, CURRENT, server_args
+
+    settings = plan.settings
+    control = HostControl(host, i.unit, f"{CURRENT}/bin/llama-server", settings.base_service_user,
+                          settings.base_service_home, f"{CONFIG_DIR}/{inst.name}.key.env", url, inst.api_key)
+    alts = sweeping.alternatives(server_args(inst, plan.llama_cpp.source.flash_attn_style),
+                                 plan.llama_cpp.source.flash_attn_style)
+
+    def measure(_handle) -> dict:
+        levels, _ = loadgen.measure(url, inst.api_key, inst.name, SWEEP_LOAD, lambda line: say(f"{i.unit}: {line}"))
+        return _figures(levels)
+
+    runs = sweeping.run(control, alts, measure, lambda line: say(f"{host.name} {i.unit}: {line}"))
+    i.sweep, i.sweep_ratios = runs, sweeping.ratios(runs)
+
+
+def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False) -> list[InstanceBench]:
+    """Every llama-server@ and vllm@ instance of one host, in unit order."""
+    instances = ([("llama.cpp", x) for x in plan.llama_cpp.instances] if plan.llama_cpp else []) + \
+                ([("vllm", x) for x in plan.vllm.instances] if plan.vllm else [])
+    out = []
+    for engine, inst in instances:
+        try:
+            out.append(bench_instance(host, plan, engine, inst, len(instances) == 1, load, do_sweep))
+        except Exception as e:  # one instance's failure (a host command, the sweep's restart) is its flag
+            unit = f"{'llama-server' if engine == 'llama.cpp' else 'vllm'}@{inst.name}"
+            out.append(InstanceBench(host.name, unit, engine, residency="not measured",
+                                     flags=[f"bench failed: {type(e).__name__}: {e}"[:400]]))
+    return out
+
+
+def write_reports(results: dict, directory: str, load: Load) -> list[Path]:
+    """DIR/<host>.md and DIR/<host>.png per benched host (characters other than letters, digits, '.', '_' and '-'
+    of the host's name become '_'); the paths written."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for host, rows in results.items():
+        if isinstance(rows, str):
+            continue
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", host)  # "@local" -> "_local": a plain file name
+        png = report.plot(rows)
+        if png:
+            (out / f"{name}.png").write_bytes(png)
+            written.append(out / f"{name}.png")
+        (out / f"{name}.md").write_text(report.markdown(host, rows, load, f"{name}.png"))
+        written.append(out / f"{name}.md")
+    return written
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from v100kit.cli import inventory_arguments
+    inventory_arguments(p)
+    p.add_argument("--report", metavar="DIR", help="write a Markdown report and a PNG plot per host into DIR")
+    p.add_argument("--sweep", action="store_true", help="llama.cpp: also measure alternative flags (stops each "
+                   "instance's service for the sweep and always starts it again)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Bench every instance; print the table or JSON; exit 0, 1 (a flag) or 2 (a host not benched)."""
+    started = time.monotonic()
+    results = for_each_host(args.inventory, args.limit, lambda host, plan: bench_host(host, plan, LOAD, args.sweep))
+    say(f"bench done in {time.monotonic() - started:.0f} s")
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
+    if args.report:
+        for path in write_reports(results, args.report, LOAD):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.as_json(results, LOAD), indent=2))
+    else:
+        print(report.table(results, LOAD.concurrency))
+    if any(isinstance(r, str) for r in results.values()):
+        return 2
+    return 1 if any(i.flags for rows in results.values() for i in rows) else 0

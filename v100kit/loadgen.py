@@ -1,0 +1,151 @@
+"""A small bounded load generator for OpenAI-compatible completions endpoints (llama-server, vLLM): streamed
+/v1/completions requests from threads, timed per token. Standard library only.
+
+Why no library: guidellm and aiperf are whole benchmarking applications (their own CLIs, report formats and tens of
+dependencies: transformers, datasets, zmq, ...), and vLLM's serving benchmark lives inside vLLM (torch). The bench
+needs a few fixed-size streamed requests per level with hard bounds in count and time, against endpoints that may
+sit behind an SSH tunnel, and the raw per-token times: ~100 lines here.
+
+The API key travels only in the Authorization header; it is never logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from roles.bench.figures import Level, Load, Sample, level, prompt
+
+
+def request_body(load: Load, model: str) -> dict:
+    """The JSON body of every request: the fixed prompt, output length (ignore_eos: no early stop), the seed,
+    greedy sampling, and the usage figures in the stream (stream_options; llama-server also sends `timings`)."""
+    return {"model": model, "prompt": prompt(load.prompt_words), "max_tokens": load.output_tokens,
+            "seed": load.seed, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    u = urllib.parse.urlsplit(url)
+    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    return cls(u.hostname, u.port, timeout=timeout), u.path.rstrip("/")
+
+
+def get(url: str, path: str, key: str | None, timeout: float = 10) -> int:
+    """HTTP status of a GET (0 when nothing answers)."""
+    try:
+        conn, base = _connection(url, timeout)
+        conn.request("GET", base + path, headers={"Authorization": f"Bearer {key}"} if key else {})
+        status = conn.getresponse().status
+        conn.close()
+        return status
+    except OSError:
+        return 0
+
+
+def wait_healthy(url: str, key: str | None, timeout_s: float) -> bool:
+    """Poll /health until it answers 200 (llama-server answers 503 while it loads), at most `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if get(url, "/health", key, timeout=5) == 200:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def stream_completion(url: str, key: str | None, body: dict, timeout_s: float, t0: float) -> Sample:
+    """One streamed completion; times on the clock of `t0` (time.monotonic at the level's start)."""
+    sent = time.monotonic()
+    s = Sample(ok=False, start_s=sent - t0)
+    try:
+        conn, base = _connection(url, timeout_s)
+        conn.request("POST", base + "/v1/completions", body=json.dumps(body),
+                     headers={"Content-Type": "application/json", "Accept": "text/event-stream",
+                              **({"Authorization": f"Bearer {key}"} if key else {})})
+        r = conn.getresponse()
+        if r.status != 200:
+            s.error = f"HTTP {r.status}"
+            conn.close()
+            return s
+        chunks, text = 0, []
+        while True:
+            if time.monotonic() - sent > timeout_s:
+                s.error = f"cut at the {timeout_s:.0f} s request bound"
+                conn.close()
+                return s
+            line = r.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            msg = json.loads(data)
+            piece = "".join(c.get("text") or "" for c in msg.get("choices") or [])
+            if piece:
+                now = time.monotonic() - sent
+                if s.ttft_s is None:
+                    s.ttft_s = now
+                s.token_times_s.append(now)
+                text.append(piece)
+                chunks += 1
+            usage = msg.get("usage") or {}
+            timings = msg.get("timings") or {}
+            s.completion_tokens = usage.get("completion_tokens") or timings.get("predicted_n") or s.completion_tokens
+            s.prompt_tokens = usage.get("prompt_tokens") or timings.get("prompt_n") or s.prompt_tokens
+        conn.close()
+        s.completion_tokens = s.completion_tokens or chunks
+        s.text = "".join(text)
+        s.ok = chunks > 0
+        s.error = "" if s.ok else "no token streamed"
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        s.error = type(e).__name__ + (f": {e}" if str(e) else "")
+    return s
+
+
+def run_level(url: str, key: str | None, model: str, load: Load, concurrency: int,
+              progress: Callable[[int, int], None] = lambda done, total: None) -> list[Sample]:
+    """`concurrency` streams sending load.requests_at(concurrency) requests in all; no request starts after
+    load.level_time_s, each is cut at load.request_timeout_s. progress(done, total) after each request."""
+    total, body = load.requests_at(concurrency), request_body(load, model)
+    t0 = time.monotonic()
+    lock, samples = threading.Lock(), []
+    left = [total]
+
+    def stream() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0 or time.monotonic() - t0 > load.level_time_s:
+                    return
+                left[0] -= 1
+            s = stream_completion(url, key, body, load.request_timeout_s, t0)
+            with lock:
+                samples.append(s)
+                progress(len(samples), total)
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for _ in range(concurrency):
+            pool.submit(stream)
+    return sorted(samples, key=lambda s: s.start_s)
+
+
+def measure(url: str, key: str | None, model: str, load: Load,
+            say: Callable[[str], None] = lambda line: None) -> tuple[list[Level], list[Sample]]:
+    """Warm-up requests (not counted), then one Level per load.concurrency: (levels, every counted sample)."""
+    t0 = time.monotonic()
+    for _ in range(load.warmup_requests):
+        stream_completion(url, key, request_body(load, model), load.request_timeout_s, t0)
+    levels, all_samples = [], []
+    for c in load.concurrency:
+        samples = run_level(url, key, model, load, c,
+                            lambda done, total, c=c: say(f"concurrency {c}: {done}/{total} requests"))
+        levels.append(level(c, samples))
+        all_samples += samples
+    return levels, all_samples
