@@ -29,6 +29,12 @@ class DriverPin:
     def branch(self) -> int:
         return driver_branch(self.version)
 
+    @property
+    def server(self) -> bool:
+        """True for Ubuntu's -server flavour (built from nvidia-graphics-drivers-<branch>-server), which conflicts in
+        dpkg with the desktop flavour of the same branch and version (Canonical nvidia-graphics-drivers PR 59)."""
+        return any(n.endswith("-server") for n in self.packages)
+
 
 def _debian(version: str, revision: str, extra: dict[str, str]) -> DriverPin:
     # Every binary package of src:nvidia-graphics-drivers that a headless compute install pulls in.
