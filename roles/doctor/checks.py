@@ -10,6 +10,7 @@ from roles.base.decide import NVIDIA_SOURCE_FILE, managed_repositories, our_sour
 from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.nvidia_driver.decide import (BLACKLIST, built_kernels, compute_capability, open_module_packages,
                                         split_driver_packages, upstream)
+from roles.tuning.decide import retired_swapfiles, swap_size_bytes
 from roles.volta import OPEN_MODULE_MIN_COMPUTE_CAPABILITY
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
         module_matches_userland(f, pin), open_module(f, plan), secure_boot(f), half_installed(f.dpkg_audit),
         headers_per_kernel(f.kernels), dkms_per_kernel(f, pin), headers_metapackage(f, plan.driver),
         nouveau_not_loaded(f), nouveau_blacklisted(f), blacklist_in_initramfs(f.initramfs_lacking),
-        driver_held(f, pin), sources_of_managed_repositories(f, plan), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers),
+        driver_held(f, pin), sources_of_managed_repositories(f, plan), swapfile(f, plan), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers),
         persistenced(f), persistence_mode(f), serious_xids(f),
         *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
         *llama_cpp_build(f.llama_cpp_current, plan), *llama_servers_on_gpu(f, plan), *vllm_venv(f, plan),
@@ -237,6 +238,26 @@ def sources_of_managed_repositories(f: DoctorFacts, plan: HostPlan) -> Row:
                        else "") + ("; " if to_disable and mixed else "")
                       + (f"remove those lines from {', '.join(mixed)} by hand" if mixed else ""))
     return ok(check, "only v100kit's own source files")
+
+
+def swapfile(f: DoctorFacts, plan: HostPlan) -> Row:
+    """The swapfile of the settings is there at its size, NOCOW on btrfs (btrfs(5) SWAPFILE SUPPORT), and no
+    swapfile of an earlier tuning_swap_file is still set up (tuning decide.retired_swapfiles)."""
+    check, path = "swapfile as configured", plan.settings.tuning_swap_file
+    size = swap_size_bytes(plan.settings)
+    old = retired_swapfiles(f.swap["record"], path, size)
+    if old:
+        return broken(check, f"swapfiles of earlier settings still set up: {sorted(old)}",
+                      "run deploy.py (swapoff, fstab line removed, deleted where v100kit created them)")
+    if not size:
+        return ok(check, "no swapfile configured")
+    if f.swap["size"] != size:
+        return broken(check, f"{path}: " + (f"{f.swap['size']} bytes, configured {size}" if f.swap["size"] else
+                                            "missing or not a swapfile"), "run deploy.py")
+    if f.swap["fs"] == "btrfs" and not f.swap["nocow"]:
+        return broken(check, f"{path} is copy-on-write on btrfs: swapon fails ('swapfile must not be copy-on-write')",
+                      "run deploy.py (makes it again NOCOW)")
+    return ok(check, f"{path}: {size} bytes on {f.swap['fs'] or '?'}")
 
 
 def unattended_upgrades(open_: list[str] | None) -> Row:

@@ -20,6 +20,7 @@ from roles.nvidia_driver.decide import BLACKLIST
 from roles.nvidia_driver.facts import (DkmsRow, DkmsStatus, DriverPackage, DriverPackages, GpuInfo, InitramfsLacking,
                                        InstalledKernels, LoadedModuleFlavour, NvidiaGpus, SecureBoot, SecureBootInfo)
 from roles.preflight import HostPlan
+from roles.tuning.facts import NoCow, PathFilesystem, SwapHeaderSize, SwapRecord
 
 
 
@@ -40,6 +41,7 @@ class DoctorFacts:
     blacklist_file: bool  # BLACKLIST exists (read only when modprobe_config blacklists nouveau, else False)
     initramfs_lacking: list[str]  # kernels whose initramfs lacks BLACKLIST
     holds: list[str]  # AptHolds
+    swap: dict  # {'size': SwapHeaderSize of tuning_swap_file, 'fs': PathFilesystem, 'nocow': NoCow, 'record': SwapRecord}
     source_entries: list[SourceEntry]  # AptSourceEntries
     pending_upgrades: dict[str, tuple[str, str]]  # PendingUpgrades: {name: (installed, candidate)}
     unattended_open: list[str] | None  # driver packages unattended-upgrades may touch; None: it is not installed
@@ -76,6 +78,7 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
         blacklist_file="blacklist nouveau" in config and bool(host.get_fact(File, path=BLACKLIST)),
         initramfs_lacking=host.get_fact(InitramfsLacking, path=BLACKLIST),
         holds=host.get_fact(AptHolds),
+        swap=_swap(host, plan.settings.tuning_swap_file),
         source_entries=host.get_fact(AptSourceEntries),
         pending_upgrades=host.get_fact(PendingUpgrades),
         unattended_open=host.get_fact(UnattendedNotBlocked, packages=sorted(pkgs)) if pkgs else [],
@@ -95,3 +98,8 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
 
 def _link_target(host: Host, path: str) -> str | None:
     return (host.get_fact(Link, path=path) or {}).get("link_target")
+
+
+def _swap(host: Host, path: str) -> dict:
+    return {"size": host.get_fact(SwapHeaderSize, path=path), "fs": host.get_fact(PathFilesystem, path=path),
+            "nocow": host.get_fact(NoCow, path=path), "record": host.get_fact(SwapRecord)}

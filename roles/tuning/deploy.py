@@ -58,12 +58,14 @@ def swapfile(path: str, size_bytes: int, activate: bool):
 
 
 @operation()
-def swapfile_retired(path: str, how: str, live: bool):
+def swapfile_retired(path: str, how: str, live: bool, recorded: bool = True):
     """A swapfile the settings no longer want (another tuning_swap_file, or size 0): swapoff (where `live`), delete
-    it only when the role created it (`how` 'created', and it is still a swapfile), drop it from SWAP_RECORD. Its
-    fstab line is removed by the deploy."""
+    it only when the role created it (`how` 'created', and it is still a swapfile), drop it from SWAP_RECORD where
+    `recorded`. Its fstab line is removed by the deploy."""
     if live and path in host.get_fact(ActiveSwaps):
         yield f"swapoff {path}"
+    if not recorded:
+        return
     if how == "created" and host.get_fact(SwapHeaderSize, path=path) is not None:
         yield f"rm -f {path}"
     elif host.get_fact(SwapHeaderSize, path=path) is not None:
@@ -94,8 +96,13 @@ def tuning(settings: Settings) -> None:
              path=settings.tuning_swap_file, size_bytes=size, activate=swap_allowed)
     files.line(name="swapfile in fstab", path="/etc/fstab", line=rf"^{re.escape(settings.tuning_swap_file)}\s",
                replace=f"{settings.tuning_swap_file} none swap sw 0 0", present=size > 0)
-    for old, how in retired_swapfiles(host.get_fact(SwapRecord), settings.tuning_swap_file, size).items():
-        swapfile_retired(name=f"old swapfile {old} retired", path=old, how=how, live=swap_allowed)
+    record = host.get_fact(SwapRecord)
+    retired = retired_swapfiles(record, settings.tuning_swap_file, size)
+    if not size and host.get_fact(SwapHeaderSize, path=settings.tuning_swap_file) is not None:
+        retired.setdefault(settings.tuning_swap_file, "adopted")  # set up before the record: swapped off, kept
+    for old, how in retired.items():
+        swapfile_retired(name=f"old swapfile {old} retired", path=old, how=how, live=swap_allowed,
+                         recorded=old in record)
         if old != settings.tuning_swap_file:
             files.line(name=f"old swapfile {old} out of fstab", path="/etc/fstab", line=rf"^{re.escape(old)}\s",
                        present=False)

@@ -29,7 +29,8 @@ HEALTHY = DoctorFacts(
             "nouveau_loaded": False, "thp_mode": "madvise"},
     loaded_module="580.95.05", loaded_flavour="proprietary",
     secure_boot={"state": "disabled", "source": "mokutil", "enrolled": [], "pending": [], "keys": []},
-    source_entries=[], dpkg_audit=[], kernels={K: True},
+    source_entries=[], swap={"size": 8 * 1024**3, "fs": "ext2/ext3", "nocow": False, "record": {"/swapfile": "created"}},
+    dpkg_audit=[], kernels={K: True},
     dkms=[{"module": "nvidia", "version": "580.95.05", "kernel": K, "state": "installed"}],
     headers_metapackage_installed=True, modprobe_config=["blacklist nouveau"], blacklist_file=True,
     initramfs_lacking=[], holds=["cuda-drivers-580", "nvidia-dkms-580"], pending_upgrades={}, unattended_open=[],
@@ -45,7 +46,7 @@ def rows(**changes) -> dict[str, checks.Row]:
 
 def test_healthy_host_is_all_ok():
     got = rows()
-    assert len(got) == 23 and {r.state for r in got.values()} == {"ok"}, got
+    assert len(got) == 24 and {r.state for r in got.values()} == {"ok"}, got
 
 
 OTHER = {"version": "535.274.02-1", "source": "nvidia-graphics-drivers-535", "status": "ii"}
