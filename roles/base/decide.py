@@ -73,9 +73,7 @@ def managed_repositories(settings: Settings, platform: Platform) -> list[tuple[s
     archive with the suites of our sources file, and NVIDIA's CUDA repository ('/') where the driver or a toolkit
     comes from it (nvidia_driver_source / cuda_source)."""
     mirror, security = MIRRORS[platform.family]
-    suites = (platform.codename, f"{platform.codename}-updates")
-    if platform.family == "ubuntu":
-        suites += (f"{platform.codename}-backports",)
+    suites = (platform.codename, f"{platform.codename}-updates")  # as in templates/<family>.sources.j2
     repos = [(settings.base_apt_mirror or mirror, suites), (security, (f"{platform.codename}-security",))]
     uses_nvidia = settings.nvidia_driver_source == "nvidia" or cuda_source_for(settings, platform) == "nvidia"
     if uses_nvidia and platform.id in NVIDIA_REPOS:

@@ -25,10 +25,12 @@ DRIVER_NAME_PATTERNS = ("^nvidia-", "^libnvidia-", "^libcuda1", "^cuda-drivers",
 
 @dataclass(frozen=True)
 class DriverPlan:
-    """What the role installs on one host: the pin and the kernel headers metapackage."""
+    """What the role installs on one host: the pin, the kernel headers metapackage, and the OS family ('debian' |
+    'ubuntu': where DKMS keeps its signing key)."""
 
     pin: DriverPin
     headers_package: str
+    family: str = "debian"
 
 
 def compute_capability(settings: Settings) -> tuple[int, int]:
@@ -63,7 +65,7 @@ def plan(settings: Settings, platform: Platform, kernel_metas: dict, booted: str
     headers = settings.nvidia_driver_headers_package or headers_metapackage(platform, kernel_metas, booted)
     if problems or pin is None:
         return None, problems
-    return DriverPlan(pin, headers), []
+    return DriverPlan(pin, headers, platform.family), []
 
 
 def open_module_refused(settings: Settings) -> list[str]:

@@ -72,19 +72,24 @@ def _booted_again(state, host, before: str) -> bool:
 
 
 @operation()
-def dkms_key_enrolled():
+def dkms_key_enrolled(family: str):
     """With Secure Boot on and no DKMS signing key enrolled or queued (nvidia_driver_secure_boot: enroll): make the
-    key where DKMS signs with it (Debian/Ubuntu dkms: /var/lib/dkms/mok.key, mok.pub) and queue it for enrollment
-    with the root password (`mokutil --import --root-pw`); MokManager asks to confirm it at the next boot, on the
-    console. Nothing to do with Secure Boot off or a key enrolled or queued."""
+    key where the distribution's dkms signs with it, and queue it for enrollment with the root password
+    (`mokutil --import --root-pw`); MokManager asks to confirm it at the next boot, on the console. Debian's dkms
+    (>= 3.0) signs with /var/lib/dkms/mok.key and mok.pub (made here with openssl, as dkms would); Ubuntu's with
+    shim-signed's /var/lib/shim-signed/mok/MOK.priv and MOK.der (`update-secureboot-policy --new-key`; M: Ubuntu's
+    dkms packaging, not tried here). Nothing to do with Secure Boot off or a key enrolled or queued."""
     sb = host.get_fact(SecureBoot)
     if sb["state"] != "enabled" or sb["enrolled"] or sb["pending"]:
         return
-    cert = sb["keys"][0] if sb["keys"] else DKMS_SIGNING_CERTS[0]
-    if not sb["keys"]:
-        yield ("install -d -m 700 /var/lib/dkms && openssl req -new -x509 -nodes -days 36500 -subj "
-               "'/CN=DKMS module signing key' -newkey rsa:2048 -keyout /var/lib/dkms/mok.key -outform DER "
-               f"-out {cert} && chmod 600 /var/lib/dkms/mok.key")
+    cert = DKMS_SIGNING_CERTS[1] if family == "ubuntu" else DKMS_SIGNING_CERTS[0]
+    if cert not in sb["keys"]:
+        if family == "ubuntu":
+            yield "update-secureboot-policy --new-key"
+        else:
+            yield ("install -d -m 700 /var/lib/dkms && openssl req -new -x509 -nodes -days 36500 -subj "
+                   "'/CN=DKMS module signing key' -newkey rsa:2048 -keyout /var/lib/dkms/mok.key -outform DER "
+                   f"-out {cert} && chmod 600 /var/lib/dkms/mok.key")
     yield f"mokutil --import {cert} --root-pw"
     logger.warning(f"[{host.name}] nvidia_driver: Secure Boot: {cert} is queued for enrollment; confirm it in "
                    "MokManager at the next boot (console), the nvidia module loads after that")
@@ -137,8 +142,9 @@ def nvidia_driver(settings: Settings, driver: DriverPlan) -> None:
                    src=str(TEMPLATES / "unattended-upgrades.conf.j2"), dest=UNATTENDED, mode="644",
                    patterns=unattended_patterns(pin))
     if settings.nvidia_driver_secure_boot == "enroll":
-        apt.packages(name="mokutil (Secure Boot key enrollment)", packages=["mokutil"], no_recommends=True)
-        dkms_key_enrolled(name="Secure Boot: DKMS signing key enrolled or queued")
+        apt.packages(name="mokutil (Secure Boot key enrollment)", no_recommends=True,
+                     packages=["mokutil", "openssl"] + (["shim-signed"] if driver.family == "ubuntu" else []))
+        dkms_key_enrolled(name="Secure Boot: DKMS signing key enrolled or queued", family=driver.family)
     apt.packages(name=f"kernel headers ({driver.headers_package}) and DKMS",
                  packages=[driver.headers_package, "dkms"], no_recommends=True)
     apt.packages(name=f"driver {pin.version}, proprietary module",

@@ -52,14 +52,19 @@ def test_secure_boot_with_an_enrolled_key_deploys():
 
 
 def test_secure_boot_enroll_makes_the_dkms_key_and_queues_it_before_the_driver():
-    cmds = plan_commands(UBUNTU_2204, {"nvidia_driver_secure_boot": "enroll"}, SB_ON)
+    # Debian's dkms signs with /var/lib/dkms/mok.key + mok.pub (dkms(8), framework.conf mok_signing_key)
+    cmds = plan_commands(DEBIAN_12, {"nvidia_driver_secure_boot": "enroll"}, SB_ON)
     key = next(i for i, c in enumerate(cmds) if "openssl req" in c and "/var/lib/dkms/mok.pub" in c)
     queue = next(i for i, c in enumerate(cmds) if c == "mokutil --import /var/lib/dkms/mok.pub --root-pw")
-    driver = next(i for i, c in enumerate(cmds) if "nvidia-dkms-580-server=" in c)
+    driver = next(i for i, c in enumerate(cmds) if "nvidia-kernel-dkms=" in c)
     assert key < queue < driver
+    # Ubuntu's with shim-signed's MOK (update-secureboot-policy)
+    ubuntu = plan_commands(UBUNTU_2204, {"nvidia_driver_secure_boot": "enroll"}, SB_ON)
+    assert ubuntu.index("update-secureboot-policy --new-key") < ubuntu.index(
+        "mokutil --import /var/lib/shim-signed/mok/MOK.der --root-pw")
     pending = {"mokutil": ["mokutil=SecureBoot enabled", "efi=1", "pending=/var/lib/dkms/mok.pub"]}
     again = plan_commands(UBUNTU_2204, {"nvidia_driver_secure_boot": "enroll"}, pending)
-    assert not [c for c in again if "mokutil --import" in c or "openssl" in c]  # queued already: nothing again
+    assert not [c for c in again if c.startswith("mokutil --import") or "openssl req" in c]  # queued already: nothing again
 
 
 # -- 2. The open kernel module ------------------------------------------------------------------------------------
@@ -199,11 +204,11 @@ KERNEL_CASES = {
     "ubuntu-24.04-HWE": (UBUNTU_2404, ["linux-image-generic|linux-image-6.8.0-49-generic",
                                        "linux-image-generic-hwe-24.04|linux-image-6.14.0-36-generic"],
                          "6.14.0-36-generic", "linux-headers-generic-hwe-24.04"),
-    "debian-12-amd64": (DEBIAN_12, ["linux-image-amd64|linux-image-6.1.0-41-amd64 (= 6.1.158-1)"],
-                        "6.1.0-41-amd64", "linux-headers-amd64"),
-    "debian-12-cloud": (DEBIAN_12, ["linux-image-amd64|linux-image-6.1.0-41-amd64 (= 6.1.158-1)",
-                                    "linux-image-cloud-amd64|linux-image-6.1.0-41-cloud-amd64 (= 6.1.158-1)"],
-                        "6.1.0-41-cloud-amd64", "linux-headers-cloud-amd64"),
+    "debian-12-amd64": (DEBIAN_12, ["linux-image-amd64|linux-image-6.1.0-50-amd64 (= 6.1.176-1)"],
+                        "6.1.0-50-amd64", "linux-headers-amd64"),
+    "debian-12-cloud": (DEBIAN_12, ["linux-image-amd64|linux-image-6.1.0-50-amd64 (= 6.1.176-1)",
+                                    "linux-image-cloud-amd64|linux-image-6.1.0-50-cloud-amd64 (= 6.1.176-1)"],
+                        "6.1.0-50-cloud-amd64", "linux-headers-cloud-amd64"),
     "debian-13-cloud": (DEBIAN_13, ["linux-image-cloud-amd64|linux-image-6.12.57+deb13-cloud-amd64 (= 6.12.57-1)"],
                         "6.12.57+deb13-cloud-amd64", "linux-headers-cloud-amd64"),
 }
@@ -286,3 +291,23 @@ def test_unchanged_swap_path_retires_nothing():
     cmds = plan_commands(DEBIAN_12, responses={**MOVED, "cat /var/lib/v100kit/swapfiles": ["created /swapfile"]},
                          stops_early=True)
     assert "swapoff /swapfile" not in cmds and "rm -f /swapfile" not in cmds
+
+
+def test_doctor_swapfile_row():
+    cow = {"stat -f -c %T": ["btrfs"], "test -f /swapfile &&": [GIB8], "lsattr /swapfile": ["--------------------"]}
+    row = doctor_rows(DEBIAN_12, responses=cow)["swapfile as configured"]
+    assert row.state == "broken" and "copy-on-write" in row.evidence
+    assert doctor_rows(DEBIAN_12, responses={**cow, "lsattr /swapfile": ["---------------C------"]})[
+        "swapfile as configured"].state == "ok"
+    moved = doctor_rows(DEBIAN_12, {"tuning_swap_file": "/var/swapfile"},
+                        {**cow, "cat /var/lib/v100kit/swapfiles": ["created /swapfile"]})["swapfile as configured"]
+    assert moved.state == "broken" and "/swapfile" in moved.evidence
+
+
+def test_no_swapfile_wanted_swaps_off_and_deletes_only_a_created_one():
+    created = plan_commands(DEBIAN_12, {"tuning_swap_size_gib": 0},
+                            {**MOVED, "cat /var/lib/v100kit/swapfiles": ["created /swapfile"]}, stops_early=True)
+    assert created.index("swapoff /swapfile") < created.index("rm -f /swapfile")
+    unrecorded = plan_commands(DEBIAN_12, {"tuning_swap_size_gib": 0}, MOVED, stops_early=True)
+    assert "swapoff /swapfile" in unrecorded and "rm -f /swapfile" not in unrecorded
+    assert not [c for c in unrecorded if "/var/lib/v100kit/swapfiles.new" in c]  # nothing to change next time
