@@ -201,16 +201,23 @@ def split_driver_packages(pkgs: dict[str, DriverPackage], pin: DriverPin
                           ) -> tuple[dict[str, DriverPackage], dict[str, DriverPackage]]:
     """Split installed driver packages (DriverPackages) into (ours, others).
 
-    Ours: the pin's packages, and packages of the driver's own source at the pinned version and of the pin's flavour
-    (dependencies that NVIDIA's and Ubuntu's metapackages pull in). Others: any other version of a driver source
-    (another branch); the other flavour of the same branch and version (desktop nvidia-graphics-drivers-535 beside
-    the pinned -server, which conflict in dpkg: Canonical nvidia-graphics-drivers PR 59); the open kernel module's
-    packages (a V100 needs the proprietary one: docs/volta.md §1)."""
+    Ours: the pin's packages, and packages of the driver's own source at the pinned version (dependencies that
+    NVIDIA's and Ubuntu's metapackages pull in). The own source is that of the pin's installed packages, else
+    pin.source, else any source of the pin's flavour (-server or not). Others: any other version of a driver
+    source (another branch); another flavour's source at the same version (desktop nvidia-graphics-drivers-535
+    beside the pinned -server, which conflict in dpkg: Canonical nvidia-graphics-drivers PR 59; Debian's
+    nvidia-graphics-drivers-tesla-535 beside nvidia-graphics-drivers); the open kernel module's packages (a V100
+    needs the proprietary one: docs/volta.md §1)."""
+    own = {p["source"] for n, p in pkgs.items() if n in pin.packages and p["source"].startswith("nvidia-graphics-drivers")}
+    own = own or ({pin.source} if pin.source else set())
+
+    def own_source(source: str) -> bool:
+        return source in own if own else source.endswith("-server") == pin.server
+
     ours, others = {}, {}
     for name, p in pkgs.items():
         same = name in pin.packages or (p["source"].startswith("nvidia-graphics-drivers")
-                                        and upstream(p["version"]) == pin.version
-                                        and p["source"].endswith("-server") == pin.server
+                                        and upstream(p["version"]) == pin.version and own_source(p["source"])
                                         and not is_open_module_package(name))
         (ours if same else others)[name] = p
     return ours, others

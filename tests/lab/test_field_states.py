@@ -5,7 +5,10 @@ tests/lab/fresh_deploy.py (preflight, base, tuning), after which a second deploy
 - an old entry for NVIDIA's repository beside the toolkit's own: disabled, kept as *.disabled;
 - a copy-on-write swapfile on a btrfs filesystem (a loop image mounted in the host): made again NOCOW;
 - changed swap paths: the old swapfile leaves fstab and the record; deleted only when the toolkit created it;
-- a swapfile path on tmpfs (ZFS stands in: no ZFS in the lab): refused before any change.
+- a swapfile path on tmpfs (ZFS stands in: no ZFS in the lab): refused before any change;
+- another flavour of the pinned driver at the pinned version (a package of src:nvidia-graphics-drivers-tesla-535 at
+  535.261.03, built here: Debian has no -server flavour, its tesla flavour is the same kind of conflict), held:
+  released and purged by repair.py (the driver itself is not installed: its DKMS build is the bundled lab's work).
 
 Its own host name, sshd port (2211) and temporary state directory; only the warm image and apt caches are shared
 with the bundled lab (/var/cache/v100kit-lab). The host and its loop device are removed at the end. Run as root.
@@ -86,11 +89,11 @@ class Field:
         assert not isinstance(rows, str), rows
         return {r.check: (r.state, r.evidence) for r in rows}
 
-    def deploy(self, **changes) -> tuple[int, list[str], str]:
-        """fresh_deploy.py with DATA updated by `changes`: (exit status, names of the operations that changed,
+    def deploy(self, deploy_file: str = "tests/lab/fresh_deploy.py", **changes) -> tuple[int, list[str], str]:
+        """`deploy_file` with DATA updated by `changes`: (exit status, names of the operations that changed,
         stderr)."""
         inv = self.inventory(**changes)
-        res = subprocess.run([PYINFRA, "-y", "--json", str(inv), "tests/lab/fresh_deploy.py"], cwd=ROOT,
+        res = subprocess.run([PYINFRA, "-y", "--json", str(inv), deploy_file], cwd=ROOT,
                              capture_output=True, text=True, timeout=900)
         try:
             ops = json.loads(res.stdout)["results"]["operations"]
@@ -98,11 +101,11 @@ class Field:
             ops = []
         return res.returncode, [op["name"] for op in ops if op.get("success")], res.stderr
 
-    def converge(self, **changes) -> str:
+    def converge(self, deploy_file: str = "tests/lab/fresh_deploy.py", **changes) -> str:
         """One deploy that must succeed, then a second that must change nothing; returns the first's stderr."""
-        rc, _, err = self.deploy(**changes)
+        rc, _, err = self.deploy(deploy_file, **changes)
         assert rc == 0, err[-4000:]
-        rc, changed, err2 = self.deploy(**changes)
+        rc, changed, err2 = self.deploy(deploy_file, **changes)
         assert rc == 0 and changed == [], (changed, err2[-3000:])
         return err
 
@@ -207,3 +210,25 @@ def test_swapfile_on_a_filesystem_that_cannot_swap_is_refused_before_any_change(
     assert rc != 0 and changed == []
     assert "tuning_swap_file = '/srv/tmpfs/swapfile': it is on tmpfs, which cannot hold a swapfile" in err
     assert field.sh("cat /etc/fstab /var/lib/v100kit/swapfiles") == before
+
+
+CONTROL = """Package: {name}
+Source: nvidia-graphics-drivers-tesla-535
+Version: {version}
+Architecture: amd64
+Maintainer: v100kit tests <tests@v100kit.invalid>
+Description: stand-in for the tesla flavour of the pinned driver
+"""
+
+
+def test_another_flavour_at_the_pinned_version_is_released_and_purged_by_repair(field):
+    name, version = "libnvidia-tesla-535-ml1", "535.261.03-1"  # the debian12 pin's upstream version
+    control = CONTROL.format(name=name, version=version)
+    field.sh(f"set -e; d=$(mktemp -d); mkdir $d/DEBIAN; printf '%s' '{control}' > $d/DEBIAN/control; "
+             f"dpkg-deb --build --root-owner-group $d /var/tmp/{name}.deb >/dev/null; "
+             f"dpkg -i /var/tmp/{name}.deb >/dev/null; apt-mark hold {name} >/dev/null")
+    state, evidence = field.doctor()["no other driver branch installed"]
+    assert state == "broken" and name in evidence
+    err = field.converge("repair.py")
+    assert field.sh(f"dpkg-query -W -f '${{db:Status-Abbrev}}' {name} 2>/dev/null || true").strip() in ("", "un")
+    assert field.doctor()["no other driver branch installed"][0] == "ok", err[-2000:]

@@ -138,6 +138,22 @@ def test_repair_releases_and_purges_the_desktop_flavour_and_holds_only_the_pin()
     assert "nvidia-utils-535-server" in hold
 
 
+# Debian builds the same branch as src:nvidia-graphics-drivers and src:nvidia-graphics-drivers-tesla-535 (Debian
+# package tracker); at one upstream version they are still two drivers.
+D535 = "535.261.03-1"
+DEBIAN_PIN = [f"{n}\t{D535}\tnvidia-graphics-drivers\tii " for n in ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1")]
+TESLA = [f"libnvidia-tesla-535-ml1\t{D535}\tnvidia-graphics-drivers-tesla-535\tii "]
+
+
+def test_debian_tesla_flavour_at_the_pinned_version_is_another_driver():
+    cmds = plan_commands(DEBIAN_12, responses={"dpkg-query -W -f": DEBIAN_PIN + TESLA}, deploys=REPAIR)
+    assert [c for c in cmds if c.endswith(" purge libnvidia-tesla-535-ml1")]
+    assert "libnvidia-tesla-535-ml1" not in next(c for c in cmds if c.startswith("apt-mark hold"))
+    # without any of the pin's packages installed yet, the pin's own source (src:nvidia-graphics-drivers) tells
+    row = doctor_rows(DEBIAN_12, responses={"dpkg-query -W -f": TESLA})["no other driver branch installed"]
+    assert row.state == "broken" and "libnvidia-tesla-535-ml1" in row.evidence
+
+
 # -- 4. An old NVIDIA repository entry next to the toolkit's own --------------------------------------------------
 # What NVIDIA's network-repo instructions used to leave: a one-line .list for the same repository (issue 13;
 # NVIDIA cuda-repo-management issue 4: "Conflicting values set for option Signed-By").
