@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from pyinfra import logger
 from pyinfra.api.host import Host
-from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File
 from pyinfra.facts.server import OsRelease, Sysctl, Users
 
@@ -17,11 +16,12 @@ from roles.cuda.versions import Toolkit
 from roles.engines import gpu_claims, gpu_count, gpu_memory_mib, shared_gpu_problems
 from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver import decide as nvidia_driver
-from roles.nvidia_driver.facts import NvidiaGpus
+from roles.facts import HostTraits
+from roles.nvidia_driver.facts import KernelMetapackages, NvidiaGpus, SecureBoot
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
 from roles.tuning import decide as tuning
-from roles.tuning.facts import FreeBytes, SwapHeaderSize
+from roles.tuning.facts import FreeBytes, PathFilesystem, SwapHeaderSize
 from roles.vllm import decide as vllm
 from roles.vllm.facts import HfModelDir, PythonVersion
 
@@ -40,17 +40,21 @@ class HostPlan:
     gpu_claims: dict = field(default_factory=dict)
 
 
-def preflight(host: Host) -> HostPlan:
-    """Validate the host's settings and its whole stack. Raises SettingsError listing every problem."""
+def preflight(host: Host, diagnosing: bool = False) -> HostPlan:
+    """Validate the host's settings and its whole stack. Raises SettingsError listing every problem.
+
+    `diagnosing`: for the doctor, which reports host states as rows instead of refusing them (Secure Boot without
+    an enrolled DKMS key: the row 'Secure Boot lets the module load')."""
     settings = load_settings(host.name, host.data.dict())
     platform = platform_from_os_release(host.name, host.get_fact(OsRelease))
     problems = base.check(settings, host.get_fact(Users))
     swap = settings.tuning_swap_file
     problems += tuning.check(settings, host.get_fact(Sysctl, keys=list(settings.tuning_sysctl_extra)),
                              host.get_fact(SwapHeaderSize, path=swap), bool(host.get_fact(File, path=swap)),
-                             host.get_fact(FreeBytes, path=swap))
-    driver, more = nvidia_driver.plan(settings, platform, host.get_fact(DebPackages))
-    problems += more
+                             host.get_fact(FreeBytes, path=swap), host.get_fact(PathFilesystem, path=swap))
+    driver, more = nvidia_driver.plan(settings, platform, host.get_fact(KernelMetapackages),
+                                      host.get_fact(HostTraits)["kernel"])
+    problems += more + ([] if diagnosing else nvidia_driver.secure_boot_refused(settings, host.get_fact(SecureBoot)))
     toolkits, more = cuda.plan(settings, platform, driver.pin if driver else None)
     problems += more
     for line in cuda.minor_compat_warnings(settings, platform, driver.pin if driver else None):

@@ -185,7 +185,10 @@ class Settings(BaseModel):
     nvidia_driver_kernel_module: Literal["proprietary", "open"] = Field(
         "proprietary", description="kernel module flavour; open needs compute capability >= 7.5 (refused on V100)")
     nvidia_driver_headers_package: str | None = Field(
-        None, pattern=r"^linux-headers-[a-z0-9.+-]+$", description="kernel headers metapackage; None: derived from the installed kernel metapackage")
+        None, pattern=r"^linux-headers-[a-z0-9.+-]+$", description="kernel headers metapackage; None: that of the kernel metapackage the booted kernel belongs to")
+    nvidia_driver_secure_boot: Literal["refuse", "enroll"] = Field(
+        "refuse", description="with Secure Boot on and no DKMS signing key enrolled: refuse the deploy (naming the "
+                              "fixes), or enroll: make the DKMS key and queue it for MokManager at the next boot")
     nvidia_driver_reboot: bool = Field(
         False, description="reboot when the running module must change (else the deploy says a reboot is due)")
 

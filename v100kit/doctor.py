@@ -15,7 +15,7 @@ from v100kit.hosts import for_each_host
 
 def diagnose_all(inventory_file: str, limit: list[str] | None = None) -> dict[str, list[Row] | str]:
     """{host name: doctor rows, or the error string when the host could not be diagnosed}."""
-    return for_each_host(inventory_file, limit, diagnose)
+    return for_each_host(inventory_file, limit, diagnose, diagnosing=True)
 
 
 def table(results: dict[str, list[Row] | str]) -> str:

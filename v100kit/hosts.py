@@ -16,9 +16,9 @@ from roles.preflight import preflight
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def for_each_host(inventory_file: str, limit: list[str] | None, fn) -> dict:
-    """{host name: fn(host, preflight(host)), or the error string when the host cannot be reached or refused}.
-    Read-only: only facts are gathered."""
+def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: bool = False) -> dict:
+    """{host name: fn(host, preflight(host, diagnosing)), or the error string when the host cannot be reached or
+    refused}. Read-only: only facts are gathered."""
     os.chdir(ROOT)  # group_data/ is found relative to the project, as for pyinfra's CLI
     with ctx_state.use(State()):  # inventory files are executed in a pyinfra context
         inventory = make_inventory(inventory_file, cwd=str(ROOT))
@@ -38,7 +38,7 @@ def for_each_host(inventory_file: str, limit: list[str] | None, fn) -> dict:
                 continue
             with ctx_host.use(host):
                 try:
-                    results[host.name] = fn(host, preflight(host))
+                    results[host.name] = fn(host, preflight(host, diagnosing))
                 except PyinfraError as e:
                     results[host.name] = str(e)
     return results

@@ -5,13 +5,14 @@ from __future__ import annotations
 from io import StringIO
 from pathlib import Path
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server
 
-from roles.base.decide import BASE_PACKAGES, DISTRO_SOURCE_FILES, MIRRORS
-from roles.base.facts import CaBundleStale
+from roles.base.decide import (BASE_PACKAGES, DISTRO_SOURCE_FILES, MIRRORS, NVIDIA_SOURCE_FILE, managed_repositories,
+                               our_source_file, stray_sources)
+from roles.base.facts import AptSourceEntries, CaBundleStale
 from roles.facts import SOURCES_GLOB, SOURCES_STAMP, AptSourcesChanged
 from roles.platform import Platform
 from roles.settings import Settings
@@ -35,6 +36,21 @@ def ca_bundle_current():
         yield "update-ca-certificates"
 
 
+def stray_sources_disabled(settings: Settings, platform: Platform) -> None:
+    """Disable other sources files whose every entry is for a repository the toolkit manages (kept as
+    FILE.disabled, which apt ignores), saying so; warn about files that mix such entries with others."""
+    to_disable, mixed = stray_sources(host.get_fact(AptSourceEntries), managed_repositories(settings, platform),
+                                      {our_source_file(platform), NVIDIA_SOURCE_FILE})
+    for path, hits in to_disable.items():
+        logger.warning(f"[{host.name}] base: {path} is another entry for {', '.join(hits)}, which v100kit manages "
+                       f"(two entries with different Signed-By make apt fail): disabled, kept as {path}.disabled")
+        server.shell(name=f"disable {path}: another entry for a repository v100kit manages (kept as "
+                          f"{path}.disabled)", commands=[f"mv -f {path} {path}.disabled"])
+    for path, hits in mixed.items():
+        logger.warning(f"[{host.name}] base: {path} also has entries for {', '.join(hits)}, which v100kit manages; "
+                       "left alone because it holds other entries too: remove those lines by hand")
+
+
 @deploy("Base")
 def base(settings: Settings, platform: Platform) -> None:
     """apt lock timeout, our sources file (distribution ones disabled), essential packages, trusted CAs, the
@@ -45,7 +61,7 @@ def base(settings: Settings, platform: Platform) -> None:
         dest="/etc/apt/apt.conf.d/50v100kit-lock-timeout", mode="644",
     )
     mirror, security = MIRRORS[platform.family]
-    ours = f"/etc/apt/sources.list.d/v100kit-{platform.family}.sources"
+    ours = our_source_file(platform)
     files.template(
         name=f"{platform.family} sources with the NVIDIA components",
         src=str(TEMPLATES / f"{platform.family}.sources.j2"), dest=ours, mode="644",
@@ -54,6 +70,7 @@ def base(settings: Settings, platform: Platform) -> None:
     for path in DISTRO_SOURCE_FILES:
         if host.get_fact(File, path=path):
             server.shell(name=f"disable {path} (kept as {path}.disabled)", commands=[f"mv -f {path} {path}.disabled"])
+    stray_sources_disabled(settings, platform)
     update_if_stale(name="apt-get update if the sources changed")
     apt.packages(name="essential packages", packages=BASE_PACKAGES + list(settings.base_extra_packages),
                  no_recommends=True)

@@ -6,8 +6,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from roles.base.decide import NVIDIA_SOURCE_FILE, managed_repositories, our_source_file, stray_sources
 from roles.llama_cpp.residency import judge, parse_compute_apps
-from roles.nvidia_driver.decide import BLACKLIST, built_kernels, split_driver_packages, upstream
+from roles.nvidia_driver.decide import (BLACKLIST, built_kernels, compute_capability, open_module_packages,
+                                        split_driver_packages, upstream)
+from roles.tuning.decide import retired_swapfiles, swap_size_bytes
+from roles.volta import OPEN_MODULE_MIN_COMPUTE_CAPABILITY
 
 if TYPE_CHECKING:
     from roles.cuda.versions import Toolkit
@@ -55,10 +59,10 @@ def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
     pin, pkgs = plan.driver.pin, f.driver_packages
     return [
         driver_packages_pinned(pkgs, pin), other_branches(pkgs, pin), one_version(pkgs),
-        module_matches_userland(f, pin), half_installed(f.dpkg_audit),
+        module_matches_userland(f, pin), open_module(f, plan), secure_boot(f), half_installed(f.dpkg_audit),
         headers_per_kernel(f.kernels), dkms_per_kernel(f, pin), headers_metapackage(f, plan.driver),
         nouveau_not_loaded(f), nouveau_blacklisted(f), blacklist_in_initramfs(f.initramfs_lacking),
-        driver_held(f, pin), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers),
+        driver_held(f, pin), sources_of_managed_repositories(f, plan), swapfile(f, plan), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers),
         persistenced(f), persistence_mode(f), serious_xids(f),
         *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
         *llama_cpp_build(f.llama_cpp_current, plan), *llama_servers_on_gpu(f, plan), *vllm_venv(f, plan),
@@ -82,7 +86,7 @@ def driver_packages_pinned(pkgs: dict[str, DriverPackage], pin: DriverPin) -> Ro
 
 def other_branches(pkgs: dict[str, DriverPackage], pin: DriverPin) -> Row:
     """No driver package of another branch or version beside the pin."""
-    others = {n: p["version"] for n, p in split_driver_packages(pkgs, pin.packages, pin.version)[1].items()}
+    others = {n: p["version"] for n, p in split_driver_packages(pkgs, pin)[1].items()}
     if others:
         return broken("no other driver branch installed", f"also installed: {others}",
                       "run repair.py (purges them before reinstalling the pin)")
@@ -109,6 +113,48 @@ def module_matches_userland(f: DoctorFacts, pin: DriverPin) -> Row:
                       "'Failed to initialize NVML: Driver/library version mismatch'",
                       "run repair.py with nvidia_driver_reboot: true (the module changes only at a reboot)")
     return ok("loaded module matches the userland", f"module {loaded}")
+
+
+def open_module(f: DoctorFacts, plan: HostPlan) -> Row:
+    """GPUs below compute capability 7.5 need the proprietary module: the open one needs GSP (docs/volta.md §1), and
+    with it loaded a V100 does not show up at all. Recognised from /proc/driver/nvidia/version ('NVIDIA UNIX Open
+    Kernel Module' against 'NVIDIA UNIX x86_64 Kernel Module') and from installed -open packages (ubuntu-drivers
+    picks them for recent branches)."""
+    check = "proprietary kernel module for these GPUs"
+    cc = plan.settings.gpu_compute_capability
+    opened = open_module_packages(f.driver_packages)
+    if compute_capability(plan.settings) >= OPEN_MODULE_MIN_COMPUTE_CAPABILITY:
+        return ok(check, f"compute capability {cc}: the open module is supported (module {f.loaded_flavour})")
+    if f.loaded_flavour == "open" or opened:
+        seen = ("the open kernel module is loaded (/proc/driver/nvidia/version: NVIDIA UNIX Open Kernel Module)"
+                if f.loaded_flavour == "open" else "no open module loaded")
+        return broken(check, f"{seen}; open-module packages installed: {opened or 'none'}; compute capability {cc} "
+                             "needs the proprietary module (open modules need GSP, 7.5+): the GPUs do not show up",
+                      "run repair.py with nvidia_driver_reboot: true (purges the -open packages, installs the "
+                      "proprietary module; the running module changes at the reboot)")
+    if f.loaded_flavour is None:
+        return ok(check, "no open-module packages; no module loaded")
+    return ok(check, "proprietary module loaded")
+
+
+def secure_boot(f: DoctorFacts) -> Row:
+    """With Secure Boot on, the DKMS-built module loads only when signed by an enrolled key (roles/nvidia_driver
+    decide.secure_boot_refused)."""
+    check = "Secure Boot lets the module load"
+    sb = f.secure_boot
+    if sb["state"] == "unknown":
+        return Row(check, "skipped", "Secure Boot state unknown (no mokutil, no EFI variable readable)")
+    if sb["state"] == "disabled":
+        return ok(check, f"Secure Boot disabled ({sb['source']})")
+    if sb["enrolled"]:
+        return ok(check, f"Secure Boot enabled; DKMS signs with {sb['enrolled'][0]}, enrolled")
+    if sb["pending"]:
+        return broken(check, f"Secure Boot enabled; {sb['pending'][0]} is queued for enrollment, not enrolled yet",
+                      "reboot and confirm the key in MokManager on the console")
+    return broken(check, f"Secure Boot enabled ({sb['source']}); no DKMS signing key enrolled "
+                         f"(keys present: {sb['keys'] or 'none'}): the unsigned nvidia module is refused",
+                  "enroll the DKMS key (`dkms generate_mok; mokutil --import /var/lib/dkms/mok.pub`, confirm at the "
+                  "next boot), turn Secure Boot off, or deploy with nvidia_driver_secure_boot: enroll")
 
 
 def half_installed(audit: list[str]) -> Row:
@@ -170,13 +216,48 @@ def blacklist_in_initramfs(lacking: list[str]) -> Row:
 def driver_held(f: DoctorFacts, pin: DriverPin) -> Row:
     """Every package of the pinned driver is held, and apt would upgrade none of the driver's packages."""
     held = set(f.holds)
-    ours = split_driver_packages(f.driver_packages, pin.packages, pin.version)[0]
+    ours = split_driver_packages(f.driver_packages, pin)[0]
     unheld = sorted(set(ours) - held)
     pending = {n: v for n, v in f.pending_upgrades.items() if n in f.driver_packages}
     if unheld or pending:
         return broken("driver packages held",
                       f"not held: {unheld}" + (f"; apt would upgrade {pending}" if pending else ""), "run repair.py")
     return ok("driver packages held", f"{len(held & set(pin.packages))} held")
+
+
+def sources_of_managed_repositories(f: DoctorFacts, plan: HostPlan) -> Row:
+    """No sources file besides the toolkit's own has an entry for a repository the toolkit manages (the
+    distribution's, NVIDIA's): two entries with different Signed-By make every apt run fail with "Conflicting values
+    set for option Signed-By" (NVIDIA cuda-repo-management issue 4)."""
+    check = "no other source entry for a repository v100kit manages"
+    to_disable, mixed = stray_sources(f.source_entries, managed_repositories(plan.settings, plan.platform),
+                                      {our_source_file(plan.platform), NVIDIA_SOURCE_FILE})
+    if to_disable or mixed:
+        return broken(check, "; ".join(f"{p}: {', '.join(h)}" for p, h in {**to_disable, **mixed}.items()),
+                      ("run deploy.py (disables " + ", ".join(to_disable) + ", kept as *.disabled)" if to_disable
+                       else "") + ("; " if to_disable and mixed else "")
+                      + (f"remove those lines from {', '.join(mixed)} by hand" if mixed else ""))
+    return ok(check, "only v100kit's own source files")
+
+
+def swapfile(f: DoctorFacts, plan: HostPlan) -> Row:
+    """The swapfile of the settings is there at its size, NOCOW on btrfs (btrfs(5) SWAPFILE SUPPORT), and no
+    swapfile of an earlier tuning_swap_file is still set up (tuning decide.retired_swapfiles)."""
+    check, path = "swapfile as configured", plan.settings.tuning_swap_file
+    size = swap_size_bytes(plan.settings)
+    old = retired_swapfiles(f.swap["record"], path, size)
+    if old:
+        return broken(check, f"swapfiles of earlier settings still set up: {sorted(old)}",
+                      "run deploy.py (swapoff, fstab line removed, deleted where v100kit created them)")
+    if not size:
+        return ok(check, "no swapfile configured")
+    if f.swap["size"] != size:
+        return broken(check, f"{path}: " + (f"{f.swap['size']} bytes, configured {size}" if f.swap["size"] else
+                                            "missing or not a swapfile"), "run deploy.py")
+    if f.swap["fs"] == "btrfs" and not f.swap["nocow"]:
+        return broken(check, f"{path} is copy-on-write on btrfs: swapon fails ('swapfile must not be copy-on-write')",
+                      "run deploy.py (makes it again NOCOW)")
+    return ok(check, f"{path}: {size} bytes on {f.swap['fs'] or '?'}")
 
 
 def unattended_upgrades(open_: list[str] | None) -> Row:

@@ -14,11 +14,13 @@ from roles.llama_cpp.facts import ServerEvidence
 from roles.vllm import decide as vllm
 from roles.doctor.facts import (DpkgAudit, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion, PendingUpgrades,
                                 RunfileMarkers, UnattendedNotBlocked, XidEvent)
+from roles.base.facts import AptSourceEntries, SourceEntry
 from roles.facts import AptHolds, HostTraits, PackageInstalled, Traits
 from roles.nvidia_driver.decide import BLACKLIST
 from roles.nvidia_driver.facts import (DkmsRow, DkmsStatus, DriverPackage, DriverPackages, GpuInfo, InitramfsLacking,
-                                       InstalledKernels, NvidiaGpus)
+                                       InstalledKernels, LoadedModuleFlavour, NvidiaGpus, SecureBoot, SecureBootInfo)
 from roles.preflight import HostPlan
+from roles.tuning.facts import NoCow, PathFilesystem, SwapHeaderSize, SwapRecord
 
 
 
@@ -29,6 +31,8 @@ class DoctorFacts:
     driver_packages: dict[str, DriverPackage]  # DriverPackages
     traits: Traits  # HostTraits
     loaded_module: str | None  # module version from /proc/driver/nvidia/version, None: no module loaded
+    loaded_flavour: str | None  # LoadedModuleFlavour: 'open' | 'proprietary', None: no module loaded
+    secure_boot: SecureBootInfo  # SecureBoot
     dpkg_audit: list[str]  # `dpkg --audit` lines
     kernels: dict[str, bool]  # InstalledKernels: {kernel version: headers installed}
     dkms: list[DkmsRow]  # DkmsStatus
@@ -37,6 +41,8 @@ class DoctorFacts:
     blacklist_file: bool  # BLACKLIST exists (read only when modprobe_config blacklists nouveau, else False)
     initramfs_lacking: list[str]  # kernels whose initramfs lacks BLACKLIST
     holds: list[str]  # AptHolds
+    swap: dict  # {'size': SwapHeaderSize of tuning_swap_file, 'fs': PathFilesystem, 'nocow': NoCow, 'record': SwapRecord}
+    source_entries: list[SourceEntry]  # AptSourceEntries
     pending_upgrades: dict[str, tuple[str, str]]  # PendingUpgrades: {name: (installed, candidate)}
     unattended_open: list[str] | None  # driver packages unattended-upgrades may touch; None: it is not installed
     runfile_markers: list[str]  # RunfileMarkers
@@ -62,6 +68,8 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
         driver_packages=pkgs,
         traits=host.get_fact(HostTraits),
         loaded_module=host.get_fact(NvidiaProcVersion),
+        loaded_flavour=host.get_fact(LoadedModuleFlavour),
+        secure_boot=host.get_fact(SecureBoot),
         dpkg_audit=host.get_fact(DpkgAudit),
         kernels=host.get_fact(InstalledKernels),
         dkms=host.get_fact(DkmsStatus),
@@ -70,6 +78,8 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
         blacklist_file="blacklist nouveau" in config and bool(host.get_fact(File, path=BLACKLIST)),
         initramfs_lacking=host.get_fact(InitramfsLacking, path=BLACKLIST),
         holds=host.get_fact(AptHolds),
+        swap=_swap(host, plan.settings.tuning_swap_file),
+        source_entries=host.get_fact(AptSourceEntries),
         pending_upgrades=host.get_fact(PendingUpgrades),
         unattended_open=host.get_fact(UnattendedNotBlocked, packages=sorted(pkgs)) if pkgs else [],
         runfile_markers=host.get_fact(RunfileMarkers),
@@ -88,3 +98,8 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
 
 def _link_target(host: Host, path: str) -> str | None:
     return (host.get_fact(Link, path=path) or {}).get("link_target")
+
+
+def _swap(host: Host, path: str) -> dict:
+    return {"size": host.get_fact(SwapHeaderSize, path=path), "fs": host.get_fact(PathFilesystem, path=path),
+            "nocow": host.get_fact(NoCow, path=path), "record": host.get_fact(SwapRecord)}

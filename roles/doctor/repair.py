@@ -31,12 +31,12 @@ def remove_runfile_driver():
 
 @operation()
 def purge_other_branches(pin: DriverPin):
-    """Purge installed driver packages that are not the pin's (another branch or version), releasing their holds
-    first: installing an exact pin over them otherwise ends in "held broken packages". Pinned packages at another
+    """Purge installed driver packages that are not the pin's (another branch or version, the other -server/desktop
+    flavour, the open kernel module's packages), releasing their holds first: installing an exact pin over them otherwise ends in "held broken packages". Pinned packages at another
     version are released so that the role can reinstall them at the pin."""
     pkgs = host.get_fact(DriverPackages)
     held = set(host.get_fact(AptHolds))
-    others = sorted(split_driver_packages(pkgs, pin.packages, pin.version)[1])
+    others = sorted(split_driver_packages(pkgs, pin)[1])
     off_pin = sorted(n for n, p in pkgs.items() if n in pin.packages and p["version"] != pin.packages[n])
     release = sorted((set(others) | set(off_pin)) & held)
     if release:

@@ -13,7 +13,7 @@ from roles.settings import Settings, problem
 from roles.volta import LAST_VOLTA_DRIVER_BRANCH, OPEN_MODULE_MIN_COMPUTE_CAPABILITY, driver_branch
 
 if TYPE_CHECKING:
-    from roles.nvidia_driver.facts import DkmsRow, DriverPackage
+    from roles.nvidia_driver.facts import DkmsRow, DriverPackage, SecureBootInfo
 
 BLACKLIST = "/etc/modprobe.d/v100kit-blacklist-nouveau.conf"
 PREFERENCES = "/etc/apt/preferences.d/v100kit-nvidia-driver"
@@ -25,10 +25,12 @@ DRIVER_NAME_PATTERNS = ("^nvidia-", "^libnvidia-", "^libcuda1", "^cuda-drivers",
 
 @dataclass(frozen=True)
 class DriverPlan:
-    """What the role installs on one host: the pin and the kernel headers metapackage."""
+    """What the role installs on one host: the pin, the kernel headers metapackage, and the OS family ('debian' |
+    'ubuntu': where DKMS keeps its signing key)."""
 
     pin: DriverPin
     headers_package: str
+    family: str = "debian"
 
 
 def compute_capability(settings: Settings) -> tuple[int, int]:
@@ -49,8 +51,10 @@ def select_pin(settings: Settings, pins: tuple[DriverPin, ...]) -> DriverPin | N
     return pins[0] if pins else None
 
 
-def plan(settings: Settings, platform: Platform, installed: dict) -> tuple[DriverPlan | None, list[str]]:
-    """Resolve the driver for this host. `installed` is the DebPackages fact ({name: [versions]}).
+def plan(settings: Settings, platform: Platform, kernel_metas: dict, booted: str = ""
+         ) -> tuple[DriverPlan | None, list[str]]:
+    """Resolve the driver for this host. `kernel_metas` is the KernelMetapackages fact ({metapackage: the kernel
+    image package it depends on}), `booted` the running kernel (`uname -r`; '' unknown): see headers_metapackage.
 
     Returns (plan, problems): problems are SettingsError lines; plan is None when any were found.
     """
@@ -58,10 +62,10 @@ def plan(settings: Settings, platform: Platform, installed: dict) -> tuple[Drive
     problems = (open_module_refused(settings) + branch_drops_volta(settings, pins)
                 + version_not_in_map(settings, platform, pins) + source_has_no_driver(settings, platform, pins))
     pin = select_pin(settings, pins)
-    headers = settings.nvidia_driver_headers_package or headers_metapackage(platform, installed)
+    headers = settings.nvidia_driver_headers_package or headers_metapackage(platform, kernel_metas, booted)
     if problems or pin is None:
         return None, problems
-    return DriverPlan(pin, headers), []
+    return DriverPlan(pin, headers, platform.family), []
 
 
 def open_module_refused(settings: Settings) -> list[str]:
@@ -116,15 +120,60 @@ def source_has_no_driver(settings: Settings, platform: Platform, pins: tuple[Dri
                     "choose " + " or ".join(s for (p, s) in DRIVER_PINS if p == platform.id))]
 
 
-def headers_metapackage(platform: Platform, installed: dict) -> str:
-    """The headers metapackage matching the installed kernel metapackage, so headers follow kernel upgrades:
-    linux-image-amd64 -> linux-headers-amd64, linux-image-generic-hwe-22.04 -> linux-headers-generic-hwe-22.04.
-    Falls back to the distribution's default flavour where no kernel metapackage is installed."""
-    metas = sorted(n for n in installed if re.fullmatch(r"linux-image-(?!\d)[a-z0-9.+-]+", n)
-                   and not n.startswith("linux-image-unsigned"))
-    if metas:
-        return "linux-headers-" + metas[0].removeprefix("linux-image-")
+def kernel_flavour(release: str) -> str:
+    """The flavour of a kernel release or image package: '6.8.0-45-generic' -> 'generic', '6.1.0-26-cloud-amd64' ->
+    'cloud-amd64', 'linux-image-6.1.0-26-amd64' -> 'amd64' (the part after the ABI number)."""
+    m = re.match(r"(?:linux-image-(?:unsigned-)?)?\d+\.\d+(?:\.\d+)?(?:-\d+)?(?:\+[a-z0-9.]+)?-(.+)$", release)
+    return m.group(1) if m else ""
+
+
+def kernel_series(release: str) -> str:
+    """The upstream series of a kernel release or image package: '6.8.0-45-generic' -> '6.8' (what tells Ubuntu's GA
+    kernel of a release from its HWE kernel: 22.04 GA is 5.15, its HWE 6.8)."""
+    m = re.match(r"(?:linux-image-(?:unsigned-)?)?(\d+\.\d+)", release)
+    return m.group(1) if m else ""
+
+
+def headers_metapackage(platform: Platform, kernel_metas: dict, booted: str = "") -> str:
+    """The headers metapackage of the kernel metapackage the booted kernel belongs to, so headers follow that
+    flavour series' upgrades: linux-image-amd64 -> linux-headers-amd64, linux-image-cloud-amd64 ->
+    linux-headers-cloud-amd64, linux-image-generic-hwe-22.04 -> linux-headers-generic-hwe-22.04,
+    linux-image-virtual -> linux-headers-virtual, linux-image-lowlatency -> linux-headers-lowlatency.
+
+    `kernel_metas`: {metapackage: the image package it depends on ('' unknown)}; `booted`: `uname -r` ('' unknown).
+    The metapackage is, in this order: one that depends on the booted kernel's image; one whose kernel has the booted
+    kernel's flavour and series (the metapackage moved on to a newer ABI not booted yet); one of the booted flavour;
+    the first installed one. Without any: linux-headers-<booted flavour>, else the distribution's default."""
+    metas = {n: (d if isinstance(d, str) else "") for n, d in kernel_metas.items()
+             if re.fullmatch(r"linux-image-(?!\d)(?!unsigned)[a-z0-9.+-]+", n)}
+    flavour, series = kernel_flavour(booted), kernel_series(booted)
+    tiers = [
+        [n for n, d in metas.items() if booted and d.removeprefix("linux-image-").removeprefix("unsigned-") == booted],
+        [n for n, d in metas.items() if flavour and kernel_flavour(d) == flavour and kernel_series(d) == series],
+        [n for n, d in metas.items() if flavour and kernel_flavour(d) == flavour],
+        list(metas),
+    ]
+    chosen = next((sorted(t)[0] for t in tiers if t), None)
+    if chosen:
+        return "linux-headers-" + chosen.removeprefix("linux-image-")
+    if flavour:
+        return "linux-headers-" + flavour
     return "linux-headers-amd64" if platform.family == "debian" else "linux-headers-generic"
+
+
+def secure_boot_refused(settings: Settings, sb: SecureBootInfo) -> list[str]:
+    """With Secure Boot on, the kernel loads only signed modules: the DKMS-built nvidia module would install cleanly
+    and never load (NVIDIA ansible-role-nvidia-driver issue 78). Refused unless a DKMS signing key is enrolled or
+    queued for enrollment, or nvidia_driver_secure_boot is 'enroll' (the deploy then makes and queues the key)."""
+    if sb["state"] != "enabled" or sb["enrolled"] or sb["pending"] or settings.nvidia_driver_secure_boot == "enroll":
+        return []
+    return [problem(
+        "nvidia_driver_secure_boot", settings.nvidia_driver_secure_boot,
+        f"Secure Boot is enabled ({sb['source']}) and no DKMS signing key is enrolled: the kernel would refuse the "
+        "unsigned nvidia module, which installs and never loads",
+        "enroll a machine owner key that DKMS signs with (Debian/Ubuntu dkms: `dkms generate_mok`, then "
+        "`mokutil --import /var/lib/dkms/mok.pub` and confirm it in MokManager at the next boot), or turn Secure "
+        "Boot off in the firmware, or set nvidia_driver_secure_boot: enroll to let the deploy make and queue the key")]
 
 
 def unattended_patterns(pin: DriverPin) -> list[str]:
@@ -137,23 +186,46 @@ def upstream(version: str) -> str:
     return version.split(":")[-1].rsplit("-", 1)[0]
 
 
-def split_driver_packages(pkgs: dict[str, DriverPackage], pin_packages: dict[str, str], pin_version: str
+def is_open_module_package(name: str) -> bool:
+    """True for packages of the open kernel module: nvidia-open, nvidia-kernel-open-dkms, nvidia-open-kernel-dkms
+    (Debian), nvidia-dkms-580-open, nvidia-dkms-580-server-open, nvidia-kernel-source-580-open (Ubuntu)."""
+    return bool(re.search(r"(^|-)open(-|$)", name))
+
+
+def open_module_packages(pkgs: dict[str, DriverPackage]) -> list[str]:
+    """The installed open-module packages among the driver packages (DriverPackages), sorted."""
+    return sorted(n for n in pkgs if is_open_module_package(n))
+
+
+def split_driver_packages(pkgs: dict[str, DriverPackage], pin: DriverPin
                           ) -> tuple[dict[str, DriverPackage], dict[str, DriverPackage]]:
     """Split installed driver packages (DriverPackages) into (ours, others).
 
     Ours: the pin's packages, and packages of the driver's own source at the pinned version (dependencies that
-    NVIDIA's and Ubuntu's metapackages pull in). Others: any other version of a driver source: another branch."""
+    NVIDIA's and Ubuntu's metapackages pull in). The own source is that of the pin's installed packages, else
+    pin.source, else any source of the pin's flavour (-server or not). Others: any other version of a driver
+    source (another branch); another flavour's source at the same version (desktop nvidia-graphics-drivers-535
+    beside the pinned -server, which conflict in dpkg: Canonical nvidia-graphics-drivers PR 59; Debian's
+    nvidia-graphics-drivers-tesla-535 beside nvidia-graphics-drivers); the open kernel module's packages (a V100
+    needs the proprietary one: docs/volta.md §1)."""
+    own = {p["source"] for n, p in pkgs.items() if n in pin.packages and p["source"].startswith("nvidia-graphics-drivers")}
+    own = own or ({pin.source} if pin.source else set())
+
+    def own_source(source: str) -> bool:
+        return source in own if own else source.endswith("-server") == pin.server
+
     ours, others = {}, {}
     for name, p in pkgs.items():
-        same = name in pin_packages or (p["source"].startswith("nvidia-graphics-drivers")
-                                        and upstream(p["version"]) == pin_version)
+        same = name in pin.packages or (p["source"].startswith("nvidia-graphics-drivers")
+                                        and upstream(p["version"]) == pin.version and own_source(p["source"])
+                                        and not is_open_module_package(name))
         (ours if same else others)[name] = p
     return ours, others
 
 
 def unheld(pin: DriverPin, pkgs: dict[str, DriverPackage], holds: list[str]) -> list[str]:
     """The pin's packages and the installed packages of the driver at the pinned version not held yet, sorted."""
-    ours, _ = split_driver_packages(pkgs, pin.packages, pin.version)
+    ours, _ = split_driver_packages(pkgs, pin)
     return sorted((set(pin.packages) | set(ours)) - set(holds))
 
 

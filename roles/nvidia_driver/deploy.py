@@ -14,9 +14,11 @@ from pyinfra.operations import apt, files, server, systemd
 
 from roles.facts import AptHolds, HostTraits
 from roles.nvidia_driver.decide import (BLACKLIST, PREFERENCES, UNATTENDED, DriverPlan, built_kernels,
-                                        unattended_patterns, unheld)
-from roles.nvidia_driver.facts import (BootId, DkmsStatus, DriverPackages, InitramfsLacking, InstalledKernels,
-                                       LoadedNvidiaModule, NvidiaGpus)
+                                        compute_capability, unattended_patterns, unheld)
+from roles.nvidia_driver.facts import (DKMS_SIGNING_CERTS, BootId, DkmsStatus, DriverPackages, InitramfsLacking,
+                                       InstalledKernels, LoadedModuleFlavour, LoadedNvidiaModule, NvidiaGpus,
+                                       SecureBoot)
+from roles.volta import OPEN_MODULE_MIN_COMPUTE_CAPABILITY
 from roles.nvidia_driver.versions import DriverPin
 from roles.settings import Settings
 
@@ -70,20 +72,53 @@ def _booted_again(state, host, before: str) -> bool:
 
 
 @operation()
-def module_loaded(version: str, allow_reboot: bool):
+def dkms_key_enrolled(family: str):
+    """With Secure Boot on and no DKMS signing key enrolled or queued (nvidia_driver_secure_boot: enroll): make the
+    key where the distribution's dkms signs with it, and queue it for enrollment with the root password
+    (`mokutil --import --root-pw`); MokManager asks to confirm it at the next boot, on the console. Debian's dkms
+    (>= 3.0) signs with /var/lib/dkms/mok.key and mok.pub (made here with openssl, as dkms would); Ubuntu's with
+    shim-signed's /var/lib/shim-signed/mok/MOK.priv and MOK.der (`update-secureboot-policy --new-key`; M: Ubuntu's
+    dkms packaging, not tried here). Nothing to do with Secure Boot off or a key enrolled or queued."""
+    sb = host.get_fact(SecureBoot)
+    if sb["state"] != "enabled" or sb["enrolled"] or sb["pending"]:
+        return
+    cert = DKMS_SIGNING_CERTS[1] if family == "ubuntu" else DKMS_SIGNING_CERTS[0]
+    if cert not in sb["keys"]:
+        if family == "ubuntu":
+            yield "update-secureboot-policy --new-key"
+        else:
+            yield ("install -d -m 700 /var/lib/dkms && openssl req -new -x509 -nodes -days 36500 -subj "
+                   "'/CN=DKMS module signing key' -newkey rsa:2048 -keyout /var/lib/dkms/mok.key -outform DER "
+                   f"-out {cert} && chmod 600 /var/lib/dkms/mok.key")
+    yield f"mokutil --import {cert} --root-pw"
+    logger.warning(f"[{host.name}] nvidia_driver: Secure Boot: {cert} is queued for enrollment; confirm it in "
+                   "MokManager at the next boot (console), the nvidia module loads after that")
+
+
+def open_module_wrong(flavour: str | None, cc: tuple[int, int]) -> bool:
+    """True when the open kernel module is loaded on GPUs older than Turing (it needs GSP: docs/volta.md §1)."""
+    return flavour == "open" and cc < OPEN_MODULE_MIN_COMPUTE_CAPABILITY
+
+
+@operation()
+def module_loaded(version: str, allow_reboot: bool, cc: tuple[int, int] = (7, 0)):
     """Load the pinned module where the host allows it; reboot only when allowed and the running module must
-    change (nouveau bound, or another version loaded). Containers cannot load modules: say so, change nothing."""
+    change (nouveau bound, another version loaded, or the open module loaded on GPUs of compute capability `cc`
+    below 7.5). Containers cannot load modules: say so, change nothing."""
     traits = host.get_fact(HostTraits)
     if not traits["modules_loadable"]:
         host.noop(f"module loading and reboots skipped: modules cannot be loaded here ({traits['virt']})")
         return
     loaded = host.get_fact(LoadedNvidiaModule)
-    if loaded == version:
+    open_loaded = open_module_wrong(host.get_fact(LoadedModuleFlavour), cc)
+    if loaded == version and not open_loaded:
         return
     if loaded is None and not traits["nouveau_loaded"]:
         yield "modprobe nvidia"
         return
-    why = "nouveau owns the GPU" if traits["nouveau_loaded"] else f"module {loaded} is loaded, pinned {version}"
+    why = ("nouveau owns the GPU" if traits["nouveau_loaded"] else
+           f"the open kernel module {loaded} is loaded, these GPUs need the proprietary one" if open_loaded else
+           f"module {loaded} is loaded, pinned {version}")
     if allow_reboot:
         logger.warning(f"[{host.name}] nvidia_driver: rebooting: {why}")
         before = host.get_fact(BootId)
@@ -106,6 +141,10 @@ def nvidia_driver(settings: Settings, driver: DriverPlan) -> None:
     files.template(name="unattended-upgrades never touches the driver",
                    src=str(TEMPLATES / "unattended-upgrades.conf.j2"), dest=UNATTENDED, mode="644",
                    patterns=unattended_patterns(pin))
+    if settings.nvidia_driver_secure_boot == "enroll":
+        apt.packages(name="mokutil (Secure Boot key enrollment)", no_recommends=True,
+                     packages=["mokutil", "openssl"] + (["shim-signed"] if driver.family == "ubuntu" else []))
+        dkms_key_enrolled(name="Secure Boot: DKMS signing key enrolled or queued", family=driver.family)
     apt.packages(name=f"kernel headers ({driver.headers_package}) and DKMS",
                  packages=[driver.headers_package, "dkms"], no_recommends=True)
     apt.packages(name=f"driver {pin.version}, proprietary module",
@@ -119,4 +158,5 @@ def nvidia_driver(settings: Settings, driver: DriverPlan) -> None:
     has_gpu = bool(host.get_fact(NvidiaGpus))
     systemd.service(name="nvidia-persistenced enabled", service="nvidia-persistenced", enabled=True,
                     running=has_gpu or None)
-    module_loaded(name="module loaded", version=pin.version, allow_reboot=settings.nvidia_driver_reboot)
+    module_loaded(name="module loaded", version=pin.version, allow_reboot=settings.nvidia_driver_reboot,
+                  cc=compute_capability(settings))

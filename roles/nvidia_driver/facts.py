@@ -8,7 +8,15 @@ from typing import TypedDict
 from pyinfra.api import FactBase
 
 #: Source packages of NVIDIA driver userland and kernel modules, on Debian, Ubuntu and NVIDIA's repository.
-DRIVER_SOURCE_RE = re.compile(r"^(nvidia-graphics-drivers.*|nvidia-persistenced|nvidia-modprobe|nvidia-settings)$")
+#: Debian's open module (`nvidia-open-kernel-dkms`) comes from nvidia-open-gpu-kernel-modules.
+DRIVER_SOURCE_RE = re.compile(r"^(nvidia-graphics-drivers.*|nvidia-open.*|nvidia-persistenced|nvidia-modprobe|"
+                              r"nvidia-settings)$")
+#: The EFI variable that holds the Secure Boot state: 4 attribute bytes, then 1 (on) or 0 (off) (UEFI spec §3.3,
+#: EFI_GLOBAL_VARIABLE GUID).
+EFI_SECURE_BOOT = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+#: Certificates DKMS signs modules with: Debian's dkms >= 3.0 (`mok_certificate` in /etc/dkms/framework.conf) and
+#: Ubuntu's shim-signed (update-secureboot-policy).
+DKMS_SIGNING_CERTS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 
 
 class GpuInfo(TypedDict):
@@ -158,3 +166,99 @@ class BootId(FactBase[str]):
 
     def process(self, output: list[str]) -> str:
         return output[0].strip() if output else ""
+
+
+class SecureBootInfo(TypedDict):
+    """What SecureBoot reports: `state` 'enabled' | 'disabled' | 'unknown'; `source` what told it ('mokutil',
+    'efivar', 'no EFI', ''); `enrolled` DKMS signing certificates that mokutil reports enrolled; `pending` those
+    queued for enrollment at the next boot; `keys` the other DKMS signing certificates present."""
+
+    state: str
+    source: str
+    enrolled: list[str]
+    pending: list[str]
+    keys: list[str]
+
+
+def secure_boot_from_lines(lines: list[str]) -> SecureBootInfo:
+    """Parse SecureBoot's output. `mokutil --sb-state` wins ('SecureBoot enabled' / 'SecureBoot disabled'; 'SecureBoot
+    validation is disabled in shim' means unsigned modules load, so: disabled; 'EFI variables are not supported' means
+    a BIOS boot: disabled); else the EFI variable's last byte (1 on, 0 off); else no /sys/firmware/efi: disabled."""
+    raw = [line.strip() for line in lines if line.strip()]
+    mok = [line.removeprefix("mokutil=") for line in raw if line.startswith("mokutil=")]
+    state, source = "unknown", ""
+    if any("validation is disabled" in m for m in mok):
+        state, source = "disabled", "mokutil (shim validation off)"
+    elif any(m.startswith("SecureBoot enabled") for m in mok):
+        state, source = "enabled", "mokutil"
+    elif any(m.startswith("SecureBoot disabled") or "not supported" in m or "doesn't support" in m for m in mok):
+        state, source = "disabled", "mokutil"
+    elif "efivar=1" in raw or "efivar=0" in raw:
+        state, source = ("enabled" if "efivar=1" in raw else "disabled"), "efivar"
+    elif "efi=0" in raw:
+        state, source = "disabled", "no EFI"
+
+    def certs(prefix: str) -> list[str]:
+        return [line.removeprefix(prefix) for line in raw if line.startswith(prefix)]
+    return SecureBootInfo(state=state, source=source, enrolled=certs("enrolled="), pending=certs("pending="),
+                          keys=certs("key="))
+
+
+class SecureBoot(FactBase[SecureBootInfo]):
+    """Secure Boot's state and the DKMS signing keys' enrollment (secure_boot_from_lines): from `mokutil --sb-state`
+    where mokutil is installed, else the EFI variable EFI_SECURE_BOOT; `mokutil --test-key` per certificate of
+    DKMS_SIGNING_CERTS present ('is already enrolled', 'is already in the enrollment request')."""
+
+    def command(self) -> str:
+        certs = " ".join(DKMS_SIGNING_CERTS)
+        return ("if command -v mokutil >/dev/null 2>&1; then mokutil --sb-state 2>&1 | sed 's/^/mokutil=/'; fi; "
+                f"if [ -r {EFI_SECURE_BOOT} ]; then echo efivar=$(od -An -t u1 -j4 -N1 {EFI_SECURE_BOOT} | tr -d ' '); "
+                "fi; if [ -d /sys/firmware/efi ]; then echo efi=1; else echo efi=0; fi; "
+                f"for c in {certs}; do [ -f $c ] || continue; t=$(mokutil --test-key $c 2>&1 || true); "
+                "case $t in *'already enrolled'*) echo enrolled=$c;; *'enrollment request'*) echo pending=$c;; "
+                "*) echo key=$c;; esac; done")
+
+    def process(self, output: list[str]) -> SecureBootInfo:
+        return secure_boot_from_lines(output)
+
+
+def module_flavour_from_proc(text: str) -> str | None:
+    """The loaded module's flavour from /proc/driver/nvidia/version: 'open' for 'NVIDIA UNIX Open Kernel Module for
+    x86_64', 'proprietary' for 'NVIDIA UNIX x86_64 Kernel Module', None when no module is loaded."""
+    if "Open Kernel Module" in text:
+        return "open"
+    return "proprietary" if re.search(r"NVIDIA UNIX \S+ Kernel Module", text) else None
+
+
+class LoadedModuleFlavour(FactBase[str | None]):
+    """The loaded nvidia module's flavour, 'open' or 'proprietary' (module_flavour_from_proc), None when not loaded."""
+
+    def command(self) -> str:
+        return "cat /proc/driver/nvidia/version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return module_flavour_from_proc("\n".join(output))
+
+
+class KernelMetapackages(FactBase[dict[str, str]]):
+    """Installed kernel image metapackages and the kernel image package each depends on: {'linux-image-generic-hwe-22.04':
+    'linux-image-6.8.0-45-generic'} ('' when it names none). Versioned images (linux-image-6.1.0-26-amd64) and
+    linux-image-unsigned-* are not metapackages."""
+
+    default = dict
+
+    def command(self) -> str:
+        return "dpkg-query --show --showformat='${db:Status-Abbrev}|${Package}|${Depends}\\n' 'linux-image-*' 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        metas = {}
+        for line in output:
+            parts = line.split("|")
+            if len(parts) != 3 or parts[0].strip() != "ii":
+                continue
+            name = parts[1].strip()
+            if not re.fullmatch(r"linux-image-(?!\d)(?!unsigned)[a-z0-9.+-]+", name):
+                continue
+            deps = [d.strip().split()[0] for d in parts[2].split(",") if d.strip()]
+            metas[name] = next((d for d in deps if re.match(r"linux-image-(unsigned-)?\d", d)), "")
+        return metas

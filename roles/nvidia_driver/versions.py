@@ -24,10 +24,20 @@ class DriverPin:
     version: str
     packages: dict[str, str]
     dkms_module: str
+    #: the source package the driver's own packages are built from, where known (H): Debian's
+    #: nvidia-graphics-drivers, Ubuntu's nvidia-graphics-drivers-<branch>-server; None for NVIDIA's repository (its
+    #: source names are not checked here: the installed pin packages tell, see decide.split_driver_packages)
+    source: str | None = None
 
     @property
     def branch(self) -> int:
         return driver_branch(self.version)
+
+    @property
+    def server(self) -> bool:
+        """True for Ubuntu's -server flavour (built from nvidia-graphics-drivers-<branch>-server), which conflicts in
+        dpkg with the desktop flavour of the same branch and version (Canonical nvidia-graphics-drivers PR 59)."""
+        return any(n.endswith("-server") for n in self.packages)
 
 
 def _debian(version: str, revision: str, extra: dict[str, str]) -> DriverPin:
@@ -35,7 +45,8 @@ def _debian(version: str, revision: str, extra: dict[str, str]) -> DriverPin:
     names = ("nvidia-kernel-dkms", "nvidia-kernel-support", "nvidia-smi", "libcuda1", "libnvidia-ml1",
              "libnvidia-ptxjitcompiler1", "libnvidia-cfg1", "nvidia-alternative", "nvidia-legacy-check",
              "firmware-nvidia-gsp", "libnvidia-pkcs11-openssl3")
-    return DriverPin(version, {n: f"{version}-{revision}" for n in names} | extra, "nvidia-current")
+    return DriverPin(version, {n: f"{version}-{revision}" for n in names} | extra, "nvidia-current",
+                     "nvidia-graphics-drivers")
 
 
 def _ubuntu_server(version: str, branch: int, revision: str) -> DriverPin:
@@ -43,7 +54,8 @@ def _ubuntu_server(version: str, branch: int, revision: str) -> DriverPin:
              f"nvidia-kernel-source-{branch}-server", f"nvidia-utils-{branch}-server",
              f"nvidia-compute-utils-{branch}-server", f"libnvidia-compute-{branch}-server",
              f"libnvidia-cfg1-{branch}-server")
-    return DriverPin(version, {n: f"{version}-{revision}" for n in names}, "nvidia")
+    return DriverPin(version, {n: f"{version}-{revision}" for n in names}, "nvidia",
+                     f"nvidia-graphics-drivers-{branch}-server")
 
 
 def _nvidia_repo(version: str, family: str) -> DriverPin:

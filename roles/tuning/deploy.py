@@ -12,8 +12,9 @@ from pyinfra.operations import files, server, systemd
 
 from roles.facts import HostTraits
 from roles.settings import Settings
-from roles.tuning.decide import SYSCTL_FILE, THP_UNIT, swap_size_bytes, sysctl_differences, wanted_sysctl
-from roles.tuning.facts import ActiveSwaps, SwapHeaderSize
+from roles.tuning.decide import (SYSCTL_FILE, THP_UNIT, record_command, retired_swapfiles, swap_size_bytes,
+                                 sysctl_differences, wanted_sysctl)
+from roles.tuning.facts import ActiveSwaps, NoCow, PathFilesystem, SwapHeaderSize, SwapRecord
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -27,25 +28,49 @@ def skipped(what: str, why: str) -> None:
 @operation()
 def swapfile(path: str, size_bytes: int, activate: bool):
     """A swapfile of exactly `size_bytes` at `path` (created via a temporary file and rename, so an interrupted
-    deploy never leaves a half-written swapfile in place); swapon when `activate`. size_bytes 0 removes it."""
+    deploy never leaves a half-written swapfile in place); swapon when `activate`. On btrfs the file is made No_COW
+    while still empty (`chattr +C`: btrfs(5) SWAPFILE SUPPORT; the kernel refuses a copy-on-write swapfile), and a
+    swapfile there without the attribute is made again. The file is recorded in SWAP_RECORD as created (or adopted,
+    where a swapfile was there already), so that a later change of path deletes only what the role made.
+    size_bytes 0: nothing here (retired by swapfile_retired)."""
+    if size_bytes == 0:
+        return
     active = host.get_fact(ActiveSwaps)
     current = host.get_fact(SwapHeaderSize, path=path)
-    if size_bytes == 0:
-        if path in active:
+    btrfs = host.get_fact(PathFilesystem, path=path) == "btrfs"
+    cow = btrfs and current is not None and not host.get_fact(NoCow, path=path)
+    record = host.get_fact(SwapRecord)
+    if current != size_bytes or cow:
+        if path in active and activate:
             yield f"swapoff {path}"
-        if current is not None:
-            yield f"rm -f {path}"
-        return
-    if current != size_bytes:
-        if path in active:
-            yield f"swapoff {path}"
+        if record.get(path) != "created":
+            yield record_command(path, "adopted" if current is not None else "created")
         tmp = f"{path}.v100kit-new"
-        yield (f"rm -f {tmp} && ((fallocate -l {size_bytes} {tmp} || dd if=/dev/zero of={tmp} bs=1M "
-               f"count={size_bytes // 2**20} status=none) && chmod 600 {tmp} && mkswap {tmp} >/dev/null && "
+        nocow = f" && chattr +C {tmp}" if btrfs else ""
+        yield (f"rm -f {tmp} && touch {tmp}{nocow} && ((fallocate -l {size_bytes} {tmp} || dd if=/dev/zero of={tmp} "
+               f"bs=1M count={size_bytes // 2**20} status=none) && chmod 600 {tmp} && mkswap {tmp} >/dev/null && "
                f"mv -f {tmp} {path} || {{ rm -f {tmp}; exit 1; }})")
         active = {}
+    elif path not in record:
+        yield record_command(path, "adopted")  # set up before the record existed: never deleted by the role
     if activate and path not in active:
         yield f"swapon {path}"
+
+
+@operation()
+def swapfile_retired(path: str, how: str, live: bool, recorded: bool = True):
+    """A swapfile the settings no longer want (another tuning_swap_file, or size 0): swapoff (where `live`), delete
+    it only when the role created it (`how` 'created', and it is still a swapfile), drop it from SWAP_RECORD where
+    `recorded`. Its fstab line is removed by the deploy."""
+    if live and path in host.get_fact(ActiveSwaps):
+        yield f"swapoff {path}"
+    if not recorded:
+        return
+    if how == "created" and host.get_fact(SwapHeaderSize, path=path) is not None:
+        yield f"rm -f {path}"
+    elif host.get_fact(SwapHeaderSize, path=path) is not None:
+        logger.warning(f"[{host.name}] tuning: {path} is no longer the swapfile; kept, v100kit did not create it")
+    yield record_command(path, None)
 
 
 @deploy("Tuning")
@@ -71,6 +96,16 @@ def tuning(settings: Settings) -> None:
              path=settings.tuning_swap_file, size_bytes=size, activate=swap_allowed)
     files.line(name="swapfile in fstab", path="/etc/fstab", line=rf"^{re.escape(settings.tuning_swap_file)}\s",
                replace=f"{settings.tuning_swap_file} none swap sw 0 0", present=size > 0)
+    record = host.get_fact(SwapRecord)
+    retired = retired_swapfiles(record, settings.tuning_swap_file, size)
+    if not size and host.get_fact(SwapHeaderSize, path=settings.tuning_swap_file) is not None:
+        retired.setdefault(settings.tuning_swap_file, "adopted")  # set up before the record: swapped off, kept
+    for old, how in retired.items():
+        swapfile_retired(name=f"old swapfile {old} retired", path=old, how=how, live=swap_allowed,
+                         recorded=old in record)
+        if old != settings.tuning_swap_file:
+            files.line(name=f"old swapfile {old} out of fstab", path="/etc/fstab", line=rf"^{re.escape(old)}\s",
+                       present=False)
     if size and not swap_allowed and settings.tuning_swap_file not in host.get_fact(ActiveSwaps):
         skipped("swapon", f"swapon is not permitted in a container ({traits['virt']})")
 

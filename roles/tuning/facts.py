@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
+from roles.tuning.decide import SWAP_RECORD, parse_swap_record
+
 
 class ActiveSwaps(FactBase[dict[str, int]]):
     """Active swap areas from /proc/swaps: {path: size in bytes}."""
@@ -42,3 +44,37 @@ class FreeBytes(FactBase[int | None]):
 
     def process(self, output: list[str]) -> int | None:
         return int(output[-1]) if output and output[-1].strip().isdigit() else None
+
+
+class PathFilesystem(FactBase[str]):
+    """The filesystem type of the directory that holds `path`, as `stat -f -c %T` names it ('ext2/ext3' for ext4
+    too, 'xfs', 'btrfs', 'zfs', 'tmpfs', 'overlayfs', ...); '' when the directory does not exist."""
+
+    def command(self, path: str) -> str:
+        return f"stat -f -c %T \"$(dirname {path})\" 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str:
+        return output[0].strip() if output else ""
+
+
+class NoCow(FactBase[bool]):
+    """True when the file at `path` has the No_COW attribute ('C' in `lsattr`), which a swapfile on btrfs needs."""
+
+    def command(self, path: str) -> str:
+        return f"lsattr {path} 2>/dev/null | cut -d' ' -f1 || true"
+
+    def process(self, output: list[str]) -> bool:
+        return bool(output) and "C" in output[0]
+
+
+class SwapRecord(FactBase[dict[str, str]]):
+    """The swapfiles this toolkit set up (tuning decide.SWAP_RECORD): {path: 'created' (it made the file) or
+    'adopted' (it found a swapfile there and wrote its fstab line)}."""
+
+    default = dict
+
+    def command(self) -> str:
+        return f"cat {SWAP_RECORD} 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        return parse_swap_record(output)

@@ -33,6 +33,7 @@ BARE_METAL = {
     "systemd-detect-virt": ["virt=none", "kernel=6.8.0-45-generic", "sysctl_writable=1", "thp_writable=1",
                             "modules_dir=1", "nouveau_loaded=0", "thp_mode=always"],
     "dpkg -l": ["ii  linux-image-generic  6.8.0.45.45  amd64  Generic Linux kernel image"],
+    "--showformat='${db:Status-Abbrev}|": ["ii |linux-image-generic|linux-image-6.8.0-45-generic, linux-firmware"],
     "uname -s": ["Linux"],
     "command -v": ["/usr/bin/found"],  # every tool the operations look for is installed
     "sysctl ": ["vm.swappiness = 60", "vm.nr_hugepages = 0", "vm.max_map_count = 65530", "net.core.somaxconn = 4096"],
@@ -60,7 +61,7 @@ def doctor_rows(os_release: list[str], data: dict | None = None, responses: dict
     with ctx_state.use(state):
         connect_all(state)
         with ctx_host.use(host):
-            return {r.check: r for r in diagnose(host, preflight(host))}
+            return {r.check: r for r in diagnose(host, preflight(host, diagnosing=True))}
 
 
 def _record_uploads(host, uploads: dict[str, bytes]) -> None:

@@ -13,11 +13,13 @@ from roles.doctor import checks
 from roles.doctor.gather import DoctorFacts
 from roles.nvidia_driver.decide import BLACKLIST, DriverPlan
 from roles.nvidia_driver.versions import DriverPin
+from roles.platform import SUPPORTED
+from roles.settings import load_settings
 
 PIN = DriverPin("580.95.05", {"cuda-drivers-580": "580.95.05-1", "nvidia-dkms-580": "580.95.05-1"}, "nvidia")
 TK = Toolkit("12.4", "nvidia", {"cuda-toolkit-12-4": "12.4.1-1"}, "/usr/local/cuda-12.4/bin/nvcc",
              "/usr/local/cuda-12.4", "g++-11")
-PLAN = SimpleNamespace(driver=DriverPlan(PIN, "linux-headers-generic"), toolkits=[TK],
+PLAN = SimpleNamespace(settings=load_settings("box", {}), platform=SUPPORTED["ubuntu2404"], driver=DriverPlan(PIN, "linux-headers-generic"), toolkits=[TK],
                        llama_cpp=SimpleNamespace(prefix="/opt/llama.cpp/b1", instances=()), vllm=SimpleNamespace(venv="/v/0.9"))
 PKG = {"version": "580.95.05-1", "source": "nvidia-graphics-drivers-580", "status": "ii"}
 K = "6.8.0-45-generic"
@@ -25,7 +27,10 @@ HEALTHY = DoctorFacts(
     driver_packages={"cuda-drivers-580": PKG, "nvidia-dkms-580": PKG},
     traits={"virt": "none", "kernel": K, "sysctl_writable": True, "thp_writable": True, "modules_loadable": True,
             "nouveau_loaded": False, "thp_mode": "madvise"},
-    loaded_module="580.95.05", dpkg_audit=[], kernels={K: True},
+    loaded_module="580.95.05", loaded_flavour="proprietary",
+    secure_boot={"state": "disabled", "source": "mokutil", "enrolled": [], "pending": [], "keys": []},
+    source_entries=[], swap={"size": 8 * 1024**3, "fs": "ext2/ext3", "nocow": False, "record": {"/swapfile": "created"}},
+    dpkg_audit=[], kernels={K: True},
     dkms=[{"module": "nvidia", "version": "580.95.05", "kernel": K, "state": "installed"}],
     headers_metapackage_installed=True, modprobe_config=["blacklist nouveau"], blacklist_file=True,
     initramfs_lacking=[], holds=["cuda-drivers-580", "nvidia-dkms-580"], pending_upgrades={}, unattended_open=[],
@@ -41,7 +46,7 @@ def rows(**changes) -> dict[str, checks.Row]:
 
 def test_healthy_host_is_all_ok():
     got = rows()
-    assert len(got) == 20 and {r.state for r in got.values()} == {"ok"}, got
+    assert len(got) == 24 and {r.state for r in got.values()} == {"ok"}, got
 
 
 OTHER = {"version": "535.274.02-1", "source": "nvidia-graphics-drivers-535", "status": "ii"}
