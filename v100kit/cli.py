@@ -1,4 +1,4 @@
-"""The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]` and `v100kit lab ACTION`.
+"""The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]`, `v100kit verify INVENTORY` and `v100kit lab ACTION`.
 
 Every subcommand is a module with `add_arguments(parser)` and `run(args) -> exit status`; the skeleton here gives
 the commands that read an inventory the same arguments and the same error handling.
@@ -16,6 +16,7 @@ COMMANDS = {
     "doctor": ("v100kit.doctor", "diagnose hosts against their pinned state; changes nothing"),
     "bench": ("v100kit.bench", "measure what each instance serves (residency, TTFT, tokens/s, roofline); "
                                "--sweep stops services"),
+    "verify": ("v100kit.verify", "run the host checks (pytest-testinfra) against every host; changes nothing"),
     "lab": ("lab.cli", "build, boot, reboot, stop or destroy the bundled lab hosts"),
 }
 
