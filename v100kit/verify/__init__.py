@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expect-driver-version", metavar="VERSION",
                    help="a machine whose driver did not come from v100kit: the driver version it must run (its "
                         "packages are then not checked against the pin)")
-    p.add_argument("pytest_args", nargs="*", help="after --: further pytest arguments (e.g. -v, -k persistence)")
+    p.set_defaults(pytest_args=[])  # what follows `--` on the command line (v100kit/cli.py main), e.g. -- -v -k gpu
 
 
 def run(args: argparse.Namespace) -> int:

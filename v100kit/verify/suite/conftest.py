@@ -36,6 +36,8 @@ def targets(config) -> dict[str, Target | str]:
         expect = config.getoption("expect_driver_version")
         _TARGETS.update(for_each_host(inventory, config.getoption("limit"),
                                       lambda host, plan: target(host.name, host.data.dict(), plan, expect)))
+        if not _TARGETS:  # a suite with no host would pass having checked nothing
+            raise pytest.UsageError(f"no host to check in {inventory} (limit: {config.getoption('limit')})")
     return _TARGETS
 
 
