@@ -1,4 +1,4 @@
-"""The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]` and `v100kit lab ACTION`.
+"""The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]`, `v100kit verify INVENTORY` and `v100kit lab ACTION`.
 
 Every subcommand is a module with `add_arguments(parser)` and `run(args) -> exit status`; the skeleton here gives
 the commands that read an inventory the same arguments and the same error handling.
@@ -16,6 +16,7 @@ COMMANDS = {
     "doctor": ("v100kit.doctor", "diagnose hosts against their pinned state; changes nothing"),
     "bench": ("v100kit.bench", "measure what each instance serves (residency, TTFT, tokens/s, roofline); "
                                "--sweep stops services"),
+    "verify": ("v100kit.verify", "run the host checks (pytest-testinfra) against every host; changes nothing"),
     "lab": ("lab.cli", "build, boot, reboot, stop or destroy the bundled lab hosts"),
 }
 
@@ -39,8 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse `argv` (default: sys.argv[1:]) and run the subcommand; returns its exit status."""
-    args = build_parser().parse_args(argv)
+    """Parse `argv` (default: sys.argv[1:]) and run the subcommand; returns its exit status. What follows `--` goes
+    to the subcommand unparsed (verify: pytest arguments)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = argv[argv.index("--") + 1:] if "--" in argv else None  # passed through (verify: to pytest)
+    parser = build_parser()
+    args = parser.parse_args(argv[:argv.index("--")] if rest is not None else argv)
+    if rest is not None:
+        if not hasattr(args, "pytest_args"):
+            parser.error(f"{args.command} takes no arguments after --")
+        args.pytest_args = rest
     return args.run(args)
 
 

@@ -1,4 +1,5 @@
-"""base role on real lab hosts (after deploy, second deploy and reboot)."""
+"""base role on real lab hosts (after deploy, second deploy and reboot). The service user is checked by the host
+suite (v100kit/verify/suite), which tests/lab/test_verify.py runs on these hosts."""
 
 
 def test_apt_sources_have_the_nvidia_components(target):
@@ -15,12 +16,3 @@ def test_apt_waits_for_dpkg_locks(target):
     out = target.host.check_output("apt-config dump DPkg::Lock::Timeout")
     assert f'"{target.settings.base_apt_lock_timeout_s}"' in out
 
-
-def test_service_user_is_unprivileged_system_user(target):
-    user = target.host.user(target.settings.base_service_user)
-    assert user.exists
-    assert 0 < user.uid < 1000
-    assert user.shell == "/usr/sbin/nologin"
-    assert user.home == target.settings.base_service_home
-    assert "video" in user.groups
-    assert target.host.file(user.home).is_directory

@@ -43,9 +43,15 @@ ON_GPU = ["#pid 4242", "#apps", "4242, 5802", "#log", "load_tensors: offloaded 3
 
 
 def test_plan_architectures_follow_the_visible_gpus():
+    """A box whose nvidia-smi lists a V100 (compute capability 7.0) and a T4 (7.5; NVIDIA's CUDA GPUs list) gets
+    both architectures, in CMake's CMAKE_CUDA_ARCHITECTURES form (the capability without its dot). The GPUs must
+    differ from the no-GPU default (70): with V100s alone a plan that never looked at the GPUs passes too."""
+    mixed = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01",
+                                        "1, Tesla T4, 7.5, 15360, Enabled, 550.163.01"]}
     cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}},
-                         responses={**TWO_V100, "systemctl show -p MainPID": ON_GPU})
-    assert "-DCMAKE_CUDA_ARCHITECTURES=70" in build_command(cmds)
+                         responses={**mixed, "systemctl show -p MainPID": ON_GPU})
+    build = build_command(cmds)
+    assert re.search(r"-DCMAKE_CUDA_ARCHITECTURES=['\"]?70;75['\"]?(\s|$)", build), build
 
 
 def test_plan_gpu_host_waits_for_health_after_the_start_then_checks_the_gpu():
@@ -87,10 +93,15 @@ def test_plan_llama_cpp_refusals(data, key):
 
 
 def test_plan_api_key_never_in_a_command_or_the_diff(tmp_path, caplog):
+    """Neither a command nor pyinfra's log holds the key. The log is captured from DEBUG on (pyinfra logs each
+    operation and its diff there): a capture at pytest's default level holds no pyinfra record at all, and the
+    check then passes having looked at nothing, so the capture must show the key file's operation."""
+    caplog.set_level(logging.DEBUG, logger="pyinfra")
     key_file = tmp_path / "key"
     key_file.write_text("sekrit-KEY-123\n")
     cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "api_key_file": str(key_file)}}})
     assert not [c for c in cmds if "sekrit-KEY-123" in c]
+    assert "tiny: API key (0600)" in caplog.text  # the capture holds the deploy's log of the key's operation
     assert "sekrit-KEY-123" not in caplog.text
     # staged in a 0700 tmpfs directory of the SSH login user (SFTP uploads as that user, also under sudo)
     assert 'install -d -m 700 -o "${SUDO_USER:-root}" /run/v100kit-secrets' in " ".join(cmds)

@@ -52,10 +52,20 @@ def test_plan_tensor_parallel_beyond_the_visible_gpus_is_refused_before_any_comm
         commands({"tensor_parallel_size": 4}, TWO_V100)
 
 
+#: systemd's answer for a unit that runs (`systemctl show --property Id --property SubState`, systemd.unit(5))
+RUNNING = {"--property SubState vllm@tiny.service": ["Id=vllm@tiny.service", "SubState=running"]}
+
+
 def test_plan_first_start_is_not_followed_by_a_restart():
+    """A unit that does not run yet is started once, not also restarted; the same plan on a host where the unit
+    runs and its arguments file differs (here: absent) restarts it once and starts nothing. The second case is
+    what makes the first able to fail: a fake host that never runs the unit never needs a restart."""
     cmds = commands({}, TWO_V100)
     assert cmds.count("systemctl start vllm@tiny.service") == 1
     assert not [c for c in cmds if c.startswith("systemctl restart vllm")]
+    running = commands({}, {**TWO_V100, **RUNNING})
+    assert running.count("systemctl restart vllm@tiny.service") == 1, [c for c in running if "systemctl" in c]
+    assert not [c for c in running if c.startswith("systemctl start vllm")]
 
 
 def test_plan_instances_left_behind_are_stopped_even_when_none_is_configured():

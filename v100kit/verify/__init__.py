@@ -1,0 +1,50 @@
+"""v100kit verify INVENTORY [--limit HOST ...] [--junitxml FILE] [--expect-driver-version V] [-- PYTEST ARGS]:
+run the host suite (pytest-testinfra, v100kit/verify/suite) against every host of a pyinfra inventory, read-only.
+
+Each host's expectations come from its settings through the deploy's own preflight (driver pin, compute capability,
+CUDA toolkits, service user, instances and ports). GPU checks run where a GPU is visible and skip, saying why,
+elsewhere; checks that need systemd or dpkg/apt skip, saying so, on a host without them. Nothing on a host changes:
+only read-only facts are gathered, and every command the checks send passes v100kit/verify/readonly.py.
+Exit status (pytest's): 0 every check passed or skipped, 1 a check failed, 2-5 the run itself could not proceed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+SUITE = Path(__file__).resolve().parent / "suite"
+
+
+def pytest_args(args: argparse.Namespace) -> list[str]:
+    """The pytest command line for `args` (the inventory made absolute: the run changes to the project root)."""
+    inventory = args.inventory if os.path.isabs(args.inventory) or not Path(args.inventory).exists() \
+        else str(Path(args.inventory).resolve())
+    out = [str(SUITE), "--inventory", inventory, "-p", "no:cacheprovider", "--import-mode=importlib", "-rfEs",
+           "-o", "addopts=", "-o", "testpaths=", "--no-header",
+           "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    for h in args.limit or []:
+        out += ["--limit", h]
+    if args.expect_driver_version:
+        out += ["--expect-driver-version", args.expect_driver_version]
+    if args.junitxml:
+        out += [f"--junitxml={Path(args.junitxml).resolve()}"]
+    return out + list(args.pytest_args or [])
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("inventory", help="pyinfra inventory file, e.g. inventory/lab.py")
+    p.add_argument("--limit", action="append", metavar="HOST", help="only this host (repeatable)")
+    p.add_argument("--junitxml", metavar="FILE", help="also write every check's result as JUnit XML")
+    p.add_argument("--expect-driver-version", metavar="VERSION",
+                   help="a machine whose driver did not come from v100kit: the driver version it must run (its "
+                        "packages are then not checked against the pin)")
+    p.set_defaults(pytest_args=[])  # what follows `--` on the command line (v100kit/cli.py main), e.g. -- -v -k gpu
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the suite in this process; returns pytest's exit status."""
+    import pytest
+
+    return int(pytest.main(pytest_args(args)))
