@@ -21,7 +21,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roles.planner import GgufModel, HfModel, MiB, kv_bytes_per_token, plan_llama_cpp, plan_vllm
+from roles.planner import (HOST_BANDWIDTH_BYTES_S, V100_BANDWIDTH_BYTES_S, GgufModel, HfModel, MiB,
+                           kv_bytes_per_token, plan_llama_cpp, plan_vllm)
 from tests.unit.test_llama_cpp_memory_measured import DATA, _model as measured_model, _plan as measured_plan
 
 FAST = settings(max_examples=25, deadline=None, database=None)
@@ -132,6 +133,31 @@ def test_llama_cpp_changing_only_v_changes_only_the_v_part(model, context, paral
     a_f16, b_f16 = _llama(model, context, parallel, "f16", v1), _llama(model, context, parallel, "f16", v2)
     assert a.kv_bytes - b.kv_bytes == a_f16.kv_bytes - b_f16.kv_bytes
     assert (a.weight_bytes, a.compute_buffer_bytes) == (b.weight_bytes, b.compute_buffer_bytes)
+
+
+# -- layer placement -------------------------------------------------------------------------------------------
+
+@FAST
+@given(gguf_models(), st.integers(1, 1 << 16), st.data())
+def test_llama_cpp_ngl_puts_the_last_layers_on_the_gpu_and_decode_reads_the_rest_from_host_memory(model, context,
+                                                                                                   data):
+    """llama.cpp offloads the last -ngl layers, and the output layer too when -ngl exceeds the layer count
+    (llama-model.cpp: i_gpu_start = n_layer + 1 - n_gpu_layers). Decoding a token reads the weights and KV of the
+    GPU layers at the V100's bandwidth and the rest at host bandwidth (the planner's two stated bandwidths)."""
+    n = model.n_layers
+    ngl = data.draw(st.integers(0, n + 1))
+    p = plan_llama_cpp(model, 1 << 20, 1, context, "f16", "f16", 1, 1.0, ngl)  # a GPU nothing overflows
+    on_gpu = min(ngl, n)
+    output_on_gpu = ngl > n
+    assert p.weight_bytes == sum(model.layer_bytes[n - on_gpu:]) + (model.output_bytes if output_on_gpu else 0)
+    assert p.layers_offloaded == n - on_gpu
+    kv_layer = _row(model.n_kv_heads * model.head_dim, "f16") + _row(model.n_kv_heads * (model.head_dim_v or
+                                                                                        model.head_dim), "f16")
+    gpu_read = p.weight_bytes + kv_layer * on_gpu * context
+    host_read = (sum(model.layer_bytes[:n - on_gpu]) + (0 if output_on_gpu else model.output_bytes)
+                 + kv_layer * (n - on_gpu) * context)
+    expected = 1 / (gpu_read / V100_BANDWIDTH_BYTES_S + host_read / HOST_BANDWIDTH_BYTES_S)
+    assert abs(p.decode_ceiling_tps - expected) <= 1e-12 * expected
 
 
 # -- per-GPU sums ----------------------------------------------------------------------------------------------
