@@ -1,7 +1,8 @@
 # make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification (tens of minutes)
 # make test       every test: settings, plan-level and lab (fresh lab hosts, tens of minutes on 2 cores)
 # make test-fast  settings and plan-level tests only (seconds, no lab, no root)
-.PHONY: setup setup-lab lab test test-fast clean-lab
+# make mutation   mutation testing of the decision modules (mutmut; an hour or more, not part of make test)
+.PHONY: setup setup-lab lab test test-fast mutation clean-lab
 
 setup:
 	./tools/setup.sh
@@ -17,6 +18,9 @@ test: setup-lab
 
 test-fast: setup
 	.venv/bin/python -m pytest -m "not lab" -q
+
+mutation: setup
+	./tools/mutation.sh
 
 clean-lab:
 	.venv/bin/v100kit lab destroy

@@ -80,3 +80,13 @@ def test_headers_metapackage_follows_the_kernel_flavour():
     assert nvidia_driver.headers_metapackage(ubuntu, {"linux-image-generic-hwe-22.04": []}) \
         == "linux-headers-generic-hwe-22.04"
     assert nvidia_driver.headers_metapackage(ubuntu, {}) == "linux-headers-generic"
+
+
+def test_write_readme_table_replaces_only_the_marked_table(tmp_path):
+    from roles.settings import write_readme_table
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# title\n\n<!-- settings:start -->\n| stale |\n<!-- settings:end -->\n\nafter\n")
+    write_readme_table(str(readme))
+    assert readme.read_text() == ("# title\n\n<!-- settings:start -->\n" + settings_table()
+                                  + "\n<!-- settings:end -->\n\nafter\n")
