@@ -16,20 +16,20 @@ st() { echo "+$(( $(date +%s)-T0 ))s $*" | tee -a $R/progress.log; }
 export PYTHONPATH=$PWD:/tmp/bench-site PYTHONUNBUFFERED=1
 st "start: $(nvidia-smi -L | head -1); $(python3 -V); $(. /etc/os-release; echo "$PRETTY_NAME"); $(nproc) cores"
 python3 -c 'import pyinfra, pydantic, paramiko, gguf' 2>>$R/progress.log || { st "packages missing: run tools/gpu/bench/prepare.sh on the control machine"; exit 1; }
-CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d . )
+SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d . )
 
 ( [ -f $M/8b-f16.gguf ] || [ -f $M/8b-q4km.gguf ] || python3 tools/gpu/memory/mkmodel.py 8b $M/8b-f16.gguf ) > $R/mk8b.log 2>&1 &
 PM=$!
 if [ ! -x $SRC/build/bin/llama-server ]; then
   [ -d $SRC ] || { mkdir -p /tmp/l36 && tar xJf $G/llama.cpp-0.3.36.tar.xz -C /tmp/l36; }
   # roles/llama_cpp/decide.py cmake_args, for this GPU's architecture, with this toolkit's own nvcc and host compiler
-  cmake -S $SRC -B $SRC/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$CC \
+  cmake -S $SRC -B $SRC/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$SM \
     -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_CCACHE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_USE_PREBUILT_UI=OFF > $R/cmake.log 2>&1
   s=$(date +%s); ninja -C $SRC/build llama-server llama-quantize > $R/build.log 2>&1
   echo "ninja rc=$? after $(( $(date +%s)-s ))s" >> $R/build.log
 fi
-st "build sm_$CC: $(tail -1 $R/build.log)"
+st "build sm_$SM: $(tail -1 $R/build.log)"
 mkdir -p /opt/llama.cpp && ln -sfn $SRC/build /opt/llama.cpp/current  # current/bin/llama-server, as the unit runs it
 wait $PM; st "model f16: $(tail -1 $R/mk8b.log)"
 if [ ! -f $M/8b-q4km.gguf ]; then
