@@ -7,7 +7,10 @@ records every command that the real deploy.py would run on it. Nothing is execut
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import shlex
 from pathlib import Path
 
 from pyinfra.api import Config, Inventory, State
@@ -89,6 +92,75 @@ def plan_uploads(os_release: list[str], data: dict | None = None, responses: dic
     uploads: dict[str, bytes] = {}
     cmds = plan_commands(os_release, data, responses, stops_early, _uploads=uploads)
     return cmds, {k: v.decode(errors="replace") for k, v in uploads.items()}
+
+
+def plan_uploads_raw(os_release: list[str], data: dict | None = None, responses: dict | None = None,
+                     stops_early: bool = False) -> tuple[list[str], dict[str, bytes]]:
+    """Like plan_uploads, with each upload's content as bytes (a model file is binary)."""
+    uploads: dict[str, bytes] = {}
+    cmds = plan_commands(os_release, data, responses, stops_early, _uploads=uploads)
+    return cmds, uploads
+
+
+def _rwx(mode: int) -> str:
+    return "".join(c if mode >> (8 - i) & 1 else "-" for i, c in enumerate("rwxrwxrwx"))
+
+
+def converged(cmds: list[str], uploads: dict[str, bytes]) -> dict:
+    """fake_responses of a host on which `cmds` ran and `uploads` landed: what a second run of the same plan finds.
+
+    The host is simulated from the plan's own effects, not from the role's code: each uploaded file is there with
+    its content (answering pyinfra's File, Sha1File and Sha256File facts from those bytes) and with the mode and
+    owner that the plan's `chmod MODE PATH` / `chown USER:GROUP PATH` commands gave it (root:root otherwise),
+    `mv [-f] SRC DEST` moves an uploaded file, `ln -sfn TARGET LINK.new && mv -T LINK.new LINK` leaves LINK a
+    symlink to TARGET (pyinfra's Link fact), and each directory of `mkdir -p DIR` or holding a file is there
+    (pyinfra's Directory fact; 0755 root unless chmod/chown said otherwise)."""
+    content = dict(uploads)
+    meta = {path: ["root", "root", 0o644] for path in content}
+    dirs: dict[str, list] = {}
+    links: dict[str, str] = {}
+
+    def add_dir(path: str) -> None:
+        while path not in ("", "/") and path not in dirs:
+            dirs[path] = ["root", "root", 0o755]
+            path = path.rsplit("/", 1)[0]
+
+    for cmd in cmds:
+        for part in re.split(r"\s*(?:&&|;|\|\|)\s*", str(cmd)):
+            try:
+                words = shlex.split(part)
+            except ValueError:
+                continue
+            if words[:2] == ["mkdir", "-p"]:
+                for d in words[2:]:
+                    add_dir(d.rstrip("/"))
+            elif len(words) == 3 and words[0] == "chmod" and re.fullmatch(r"[0-7]{3,4}", words[1]) and \
+                    (words[2] in meta or words[2] in dirs):
+                (meta.get(words[2]) or dirs[words[2]])[2] = int(words[1], 8)
+            elif len(words) == 3 and words[0] == "chown" and ":" in words[1] and (words[2] in meta or words[2] in dirs):
+                (meta.get(words[2]) or dirs[words[2]])[:2] = words[1].split(":", 1)
+            elif words[:1] == ["mv"] and len(words) in (3, 4) and words[-2] in content:
+                content[words[-1]] = content.pop(words[-2])
+                meta[words[-1]] = meta.pop(words[-2])
+            elif words[:2] == ["ln", "-sfn"] and len(words) == 4 and words[3].endswith(".new"):
+                links[words[3].removesuffix(".new")] = words[2]
+    for path in content:
+        add_dir(path.rsplit("/", 1)[0])
+    fake: dict = {}
+    for path, (user, group, mode) in dirs.items():
+        fake[re.compile(rf"test -e {re.escape(path)} \|\|")] = [
+            f"user={user} group={group} mode=d{_rwx(mode)} atime=0 mtime=0 ctime=0 size=4096 '{path}'"]
+    for path, data in content.items():
+        user, group, mode = meta[path]
+        p = re.escape(path)
+        fake[re.compile(rf"test -e {p} \|\|")] = [
+            f"user={user} group={group} mode=-{_rwx(mode)} atime=0 mtime=0 ctime=0 size={len(data)} '{path}'"]
+        fake[re.compile(rf"sha1sum {p} 2>")] = [f"{hashlib.sha1(data).hexdigest()}  {path}"]
+        fake[re.compile(rf"sha256sum {p} 2>")] = [f"{hashlib.sha256(data).hexdigest()}  {path}"]
+    for link, target in links.items():
+        fake[re.compile(rf"test -e {re.escape(link)} \|\|")] = [
+            f"user=root group=root mode=lrwxrwxrwx atime=0 mtime=0 ctime=0 size={len(target)} '{link}' -> '{target}'"]
+    return fake
 
 
 def plan_commands(os_release: list[str], data: dict | None = None, responses: dict | None = None,
