@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from lab.data import tiny_hf_model
 from lab.models import write_llama
 from tests.plan.harness import DEBIAN_13, UBUNTU_2404, plan_uploads
@@ -43,3 +45,22 @@ def test_driver_pin_file_pins_the_exact_version():
     _, files = plan_uploads(DEBIAN_13, {}, stops_early=True)
     pins = [v for k, v in files.items() if k.startswith("/etc/apt/preferences.d/")]
     assert pins and any("Pin: version 550.163.01" in p and "Pin-Priority: 1001" in p for p in pins)
+
+
+@pytest.mark.parametrize("gpus, tensor_parallel_size, visible", [
+    ([1], 1, "1"), ([1, 0], 2, "1,0"), (None, 2, None),
+], ids=["one", "two-in-order", "unset"])
+def test_vllm_gpus_become_cuda_visible_devices_in_the_unit_environment(tmp_path, gpus, tensor_parallel_size, visible):
+    """README: `gpus` -> CUDA_VISIBLE_DEVICES. CUDA reads that variable as a comma-separated list of device indices
+    whose order is the enumeration order (CUDA C++ Programming Guide, "CUDA Environment Variables"); systemd reads
+    the instance's EnvironmentFile as KEY=value lines (systemd.exec(5)). Unset, the instance sees every GPU and the
+    variable is not set at all."""
+    two = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05",
+                                      "1, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05"],
+           "sys.version_info": ["3.12"]}
+    inst = {"model_source": str(tiny_hf_model(tmp_path)), "tensor_parallel_size": tensor_parallel_size,
+            **({"gpus": gpus} if gpus else {})}
+    _, files = plan_uploads(UBUNTU_2404, {"vllm_instances": {"t": inst}}, responses=two)
+    assert "EnvironmentFile=/etc/vllm/%i.env" in files["/etc/systemd/system/vllm@.service"].splitlines()
+    env = [line for line in files["/etc/vllm/t.env"].splitlines() if line.startswith("CUDA_VISIBLE_DEVICES=")]
+    assert env == ([f"CUDA_VISIBLE_DEVICES={visible}"] if visible else []), files["/etc/vllm/t.env"]
