@@ -169,7 +169,7 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
         i.residency = "the service has no running process"
         i.flags.append(f"{unit} is not running (systemctl status {unit})")
         return i
-    verdict, used = judge_instance(engine, ev, s.n_gpu_layers if engine == "llama.cpp" else 0, sole)
+    verdict, used = judge_instance(engine, ev, inst.n_gpu_layers if engine == "llama.cpp" else 0, sole)
     i.on_gpu, i.residency, i.vram_mib = verdict.on_gpu, verdict.evidence, used
     if not verdict.on_gpu:
         i.flags.append(f"not on the GPU: {verdict.evidence}")

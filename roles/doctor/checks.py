@@ -339,7 +339,7 @@ def llama_servers_on_gpu(f: DoctorFacts, plan: HostPlan) -> list[Row]:
             rows.append(Row(check, "skipped", f"{NO_GPU}: the server can only run on the CPU here"))
             continue
         ev = f.llama_servers.get(inst.name) or {"log": [], "main_pid": 0, "compute_apps": []}
-        verdict = judge(ev["log"], ev["main_pid"], parse_compute_apps(ev["compute_apps"]), inst.settings.n_gpu_layers)
+        verdict = judge(ev["log"], ev["main_pid"], parse_compute_apps(ev["compute_apps"]), inst.n_gpu_layers)
         rows.append(ok(check, verdict.evidence) if verdict.on_gpu else
                     broken(check, verdict.evidence, f"run repair.py if the driver is broken, then deploy.py; "
                            f"`journalctl -u llama-server@{inst.name}` shows the server's own log"))

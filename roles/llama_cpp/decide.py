@@ -48,6 +48,13 @@ class Instance:
     api_key: str | None = field(repr=False)
     memory: planner.Plan | None = None  # None: the model file is not readable before the deploy (URL, host path)
     kv: KvChoice | None = None  # the KV cache types and flash attention it runs with (None: settings as given)
+    gpu_layers: int | None = None  # layers the memory plan keeps on the GPU where it offloads (allow_offload)
+
+    @property
+    def n_gpu_layers(self) -> int:
+        """-ngl as it runs: the setting, or where the memory plan runs layers on the CPU (allow_offload) the layers
+        it keeps on the GPU, so that llama-server does not try to load more than fits."""
+        return self.settings.n_gpu_layers if self.gpu_layers is None else self.gpu_layers
 
 
 @dataclass(frozen=True)
@@ -207,35 +214,37 @@ class Tree:
 
 
 def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo], tree: Tree
-                 ) -> tuple[str, planner.Plan | None, KvChoice | None, list[str]]:
-    """model_source checked before the deploy: (model_source as placed, memory plan, KV choice, problems). It needs
+                 ) -> tuple[str, planner.Plan | None, KvChoice | None, list[str], int | None]:
+    """model_source checked before the deploy: (model_source as placed, memory plan, KV choice, problems, layers on
+    the GPU where the plan offloads the others, else None). It needs
     model_sha256; a control-machine file (`~` expanded) must exist, have that sha256, be a GGUF the pinned tree can
     load, within its trained context, with KV cache types that keep attention on the GPU, and pass memory_plan.
     A URL is checked on the host by files.download (its header is not read: the KV choice is then None)."""
     if not inst.model_sha256:
         return inst.model_source, None, None, [problem(f"{key}.model_sha256", None, "model_source needs a checksum",
-                                                       "set model_sha256 to the file's sha256")]
+                                                       "set model_sha256 to the file's sha256")], None
     if is_url(inst.model_source):
-        return inst.model_source, None, None, []
+        return inst.model_source, None, None, [], None
     path = str(Path(inst.model_source).expanduser())
     if not Path(path).is_file():
         return path, None, None, [problem(f"{key}.model_source", path, "no such file on the control machine",
-                                          "give an existing path or a URL")]
+                                          "give an existing path or a URL")], None
     if (actual := sha256_file(path)) != inst.model_sha256:
         return path, None, None, [problem(f"{key}.model_sha256", inst.model_sha256, f"the file's sha256 is {actual}",
-                                          "check the file, then the checksum")]
+                                          "check the file, then the checksum")], None
     try:
         model = planner.read_gguf(path)
     except Exception as e:  # not a GGUF file, or one the gguf package cannot read
         return path, None, None, [problem(f"{key}.model_source", path, f"cannot read its GGUF header ({e})",
-                                          "give a GGUF model file")]
+                                          "give a GGUF model file")], None
     newer = [ref for ref, src in SOURCES.items() if ref != tree.ref and model.architecture in (src.architectures or ())]
     problems = model_architecture_problems(key, model.architecture, tree.architectures, tree.ref, newer)
     problems += context_problems(key, inst, model.context_length)
     kv, more = choose_kv(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
                          compute_capability(settings, gpus), tree.fa_all_quants)
     memory, even_more = memory_plan(key, inst, model, path, kv, settings, gpus, tree.cuda_version)
-    return path, memory, kv, problems + more + even_more
+    gpu_layers = model.n_layers - memory.layers_offloaded if memory and memory.outcome == "offload" else None
+    return path, memory, kv, problems + more + even_more, gpu_layers
 
 
 def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo],
@@ -243,7 +252,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
     """One llama-server@NAME: (Instance, problems) for its model, listen address and API key file. A model from
     model_source is placed as <base_service_home>/models/<file name>."""
     key = f"llama_cpp_instances.{name}"
-    model_source, memory, kv = None, None, None
+    model_source, memory, kv, gpu_layers = None, None, None, None
     problems = one_model(key, inst, "set model_path (a file on the host) or model_source with model_sha256",
                          shown={k: v for k, v in inst.model_dump().items() if k.startswith("model")})
     if problems:
@@ -253,7 +262,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
         problems = host_model_problems(key, model_path, host_has_file)
     else:
         model_path = f"{settings.base_service_home}/models/{Path(urlparse(inst.model_source).path).name}"
-        model_source, memory, kv, problems = source_model(key, inst, settings, gpus, tree)
+        model_source, memory, kv, problems, gpu_layers = source_model(key, inst, settings, gpus, tree)
     problems += network_listener(key, inst.listen, bool(inst.api_key_file),
                                  "reachable from the network without an API key",
                                  "set api_key_file, or listen on 127.0.0.1 behind your own proxy")
@@ -267,7 +276,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
         kv, even_more = choose_kv(key, inst, None, None, tree.fa_form, compute_capability(settings, gpus),
                                   tree.fa_all_quants)
         more += even_more
-    return Instance(name, inst, model_path, model_source, api_key, memory, kv), problems + more
+    return Instance(name, inst, model_path, model_source, api_key, memory, kv, gpu_layers), problems + more
 
 
 def flash_attn_problems(instances: list[Instance]) -> list[str]:
@@ -359,7 +368,7 @@ def server_args(inst: Instance, flash_attn_style: str) -> str:
     Builds that take a bare `-fa` have no `auto`: there auto means on when the V cache is quantized (which needs
     flash attention; Volta has it: docs/volta.md §5), off otherwise."""
     s, kv = inst.settings, inst.kv or KvChoice(s.cache_type_k or "f16", s.cache_type_v or "f16", None, "")
-    args = ["-m", inst.model_path, "--host", s.listen, "--port", str(s.port), "-ngl", str(s.n_gpu_layers),
+    args = ["-m", inst.model_path, "--host", s.listen, "--port", str(s.port), "-ngl", str(inst.n_gpu_layers),
             "-c", str(s.context), "-ctk", kv.cache_type_k, "-ctv", kv.cache_type_v, "-np", str(s.parallel)]
     fa = kv.flash_attn
     if fa is None:  # not decided from the model: the setting; a bare -fa build has no auto (on for quantized V)

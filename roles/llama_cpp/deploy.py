@@ -135,7 +135,7 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
         if p.gpu_visible:  # GPU-less hosts serve from the CPU by necessity: nothing to check there
             serves_from_gpu(name=f"{unit_name} serves from the GPU", unit=unit_name,
                             health_url=health_url(inst.settings.listen, inst.settings.port),
-                            n_gpu_layers=inst.settings.n_gpu_layers, timeout_s=settings.llama_cpp_start_timeout_s,
+                            n_gpu_layers=inst.n_gpu_layers, timeout_s=settings.llama_cpp_start_timeout_s,
                             _if=any_changed(*started))
         else:
             logger.info(f"[{host.name}] {unit_name}: no GPU answers nvidia-smi, so the check that it serves from "

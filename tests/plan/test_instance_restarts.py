@@ -51,9 +51,10 @@ def systemctl(cmds: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def first(tmp_path_factory):
-    """The settings of the first deploy and the fake host it leaves: (instance settings, fake responses)."""
+    """The settings of the first deploy and the fake host it leaves: (instance settings, fake responses, tmp)."""
     tmp = tmp_path_factory.mktemp("restarts")
-    inst = {**model(tmp / "a", seed=0), "port": 8081, "context": 4096, "api_key_file": key(tmp / "a", "key-one-0123456789")}
+    inst = {**model(tmp / "a", seed=0), "port": 8081, "context": 4096,
+            "api_key_file": key(tmp / "a", "key-one-0123456789")}
     cmds, uploads = plan_uploads_raw(DEBIAN_13, data(inst), responses=placed(inst))
     assert f"systemctl start {UNIT}" in systemctl(cmds)  # a first deploy starts the instance, no restart
     host = converged(cmds, uploads)

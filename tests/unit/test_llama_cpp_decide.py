@@ -72,15 +72,15 @@ def test_a_model_source_needs_its_checksum_and_must_match_it(tmp_path):
     t = Tree("pypi-0.3.16", None, None, False)
     url = "https://models.example/tiny.gguf"
     assert source_model("k", LlamaCppInstance(model_source=url, model_sha256="a" * 64), s, [], t) == \
-        (url, None, None, [])
-    placed, memory, _, problems = source_model("k", LlamaCppInstance(model_source=url), s, [], t)
+        (url, None, None, [], None)
+    placed, memory, _, problems, _ = source_model("k", LlamaCppInstance(model_source=url), s, [], t)
     assert memory is None and "k.model_sha256 = None: model_source needs a checksum" in problems[0]
     f = tmp_path / "m.gguf"
     f.write_bytes(b"not gguf")
-    placed, _, _, problems = source_model("k", LlamaCppInstance(model_source=str(f), model_sha256="a" * 64), s, [], t)
+    placed, _, _, problems, _ = source_model("k", LlamaCppInstance(model_source=str(f), model_sha256="a" * 64), s, [], t)
     assert placed == str(f) and f"the file's sha256 is {hashlib.sha256(b'not gguf').hexdigest()}" in problems[0]
-    _, _, _, problems = source_model("k", LlamaCppInstance(model_source=str(tmp_path / "no"), model_sha256="a" * 64),
-                                     s, [], t)
+    _, _, _, problems, _ = source_model("k", LlamaCppInstance(model_source=str(tmp_path / "no"), model_sha256="a" * 64),
+                                        s, [], t)
     assert "no such file on the control machine" in problems[0]
 
 
