@@ -8,7 +8,6 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import FactBase, operation
 from pyinfra.api.command import FileUploadCommand
-from pyinfra.api.exceptions import OperationError
 from pyinfra.facts.files import Link, Sha256File
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
@@ -23,11 +22,14 @@ def current_link(link: str, target: str):
 
 @operation()
 def verified(path: str, sha256: str):
-    """Fail unless `path` on the host has this sha256 (files.put compares sha1 only)."""
-    if host.get_fact(Sha256File, path=path) != sha256:
-        raise OperationError(f"{path}: sha256 is not {sha256}; nothing was replaced")
-    return
-    yield  # an operation is a generator
+    """Fail unless `path` on the host has this sha256 (files.put compares sha1 only). No change where the host
+    already has it; otherwise the check runs on the host when the operation executes, after the upload before it:
+    `pyinfra --dry` (and any plan made before the earlier operations ran) then shows the check instead of failing
+    on a file not uploaded yet. A mismatch fails the operation with the path and the wanted sha256."""
+    if host.get_fact(Sha256File, path=path) == sha256:
+        return
+    yield (f"echo '{sha256}  {path}' | sha256sum --check --status || "
+           f"{{ echo '{path}: sha256 is not {sha256}; nothing was replaced' >&2; exit 1; }}")
 
 
 #: Staging directory on tmpfs: it belongs to the SSH user (who uploads over SFTP, also when pyinfra runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -96,4 +97,18 @@ def test_bad_settings_refused_before_any_change(provisioned, data, key):
     assert run.rc != 0
     assert key in run.stderr and "Fix:" in run.stderr, run.stderr[-2000:]
     assert run.changed == {}
+    assert lab.run(spec, SNAPSHOT)[1] == before
+
+
+def test_dry_run_of_a_pending_change_changes_nothing(provisioned, tmp_path):
+    # README: `pyinfra INVENTORY deploy.py --dry` runs the preflight and the plan and changes nothing, also when a
+    # change is pending: here a model the host does not have yet (a copy of the tiny model under another name)
+    spec = HOSTS[1]
+    lab = provisioned.lab
+    model = tmp_path / "tiny-dry.gguf"
+    model.write_bytes(Path(host_data(spec)[TINY]["tiny"]["model_source"]).read_bytes())
+    before = lab.run(spec, SNAPSHOT)[1]
+    run = deploy("dry-pending-model", [*data_args(tiny(host_data(spec), model_source=str(model))),
+                                       "--limit", spec.name, "--dry"])
+    assert run.rc == 0, run.stderr[-2000:]
     assert lab.run(spec, SNAPSHOT)[1] == before

@@ -95,3 +95,16 @@ def test_restart_after_an_argument_change(first, change):
 def test_restart_after_a_model_change(first):
     """The same file name with other weights: only the model's content differs, not the arguments."""
     assert again(first, **model(first[2] / "c", seed=1)) == [f"systemctl restart {UNIT}"]
+
+
+def test_a_first_plan_checks_a_model_not_uploaded_yet_on_the_host_instead_of_failing(tmp_path):
+    # README: `pyinfra ... --dry` plans without changing anything. Planned before the upload runs, the model is not
+    # on the host yet (no sha256sum answer): the plan must hold the host-side check, not raise "sha256 is not".
+    inst = {**model(tmp_path, seed=0), "port": 8081, "context": 4096}
+    cmds, _ = plan_uploads_raw(DEBIAN_13, data(inst))
+    check = [str(c) for c in cmds if "sha256sum --check" in str(c) and MODEL in str(c)]
+    assert check == [f"echo '{inst['model_sha256']}  {MODEL}' | sha256sum --check --status || "
+                     f"{{ echo '{MODEL}: sha256 is not {inst['model_sha256']}; nothing was replaced' >&2; exit 1; }}"]
+    # and once the host has it, no check is planned: a repeat deploy changes nothing
+    cmds, _ = plan_uploads_raw(DEBIAN_13, data(inst), responses=placed(inst))
+    assert not [c for c in cmds if "sha256sum --check" in str(c)]
