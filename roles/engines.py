@@ -87,23 +87,25 @@ def gpu_memory_mib(settings: Settings, gpus: list[GpuInfo]) -> int:
 
 
 def gpu_claims(llama_instances: list[tuple[str, list[int] | None, int | None]],
-               vllm_instances: list[tuple[str, list[int] | None, int, float]], n_gpus: int, gpu_mib: int
+               vllm_instances: list[tuple[str, list[int] | None, int, float, int]], n_gpus: int, gpu_mib: int
                ) -> dict[int, list[tuple[str, int | None]]]:
     """Who claims how much of each GPU, across both engines: {GPU index: [(unit, bytes or None), ...]}.
 
     llama_instances: (llama-server@NAME, gpus setting or None, the planner's total bytes per GPU, None when the
     model is not readable before the deploy); llama-server spreads its layers over every GPU it sees (gpus, else
     all n_gpus), so it claims each of them.
-    vllm_instances: (vllm@NAME, gpus setting or None, tensor_parallel_size, gpu_memory_utilization); vLLM takes
-    its share of the whole GPU on the first tensor_parallel_size GPUs it sees. gpu_mib: VRAM per GPU in MiB.
+    vllm_instances: (vllm@NAME, gpus setting or None, tensor_parallel_size, gpu_memory_utilization, bytes outside
+    the share); vLLM takes its share of the whole GPU on the first tensor_parallel_size GPUs it sees, and its CUDA
+    context and CUDA graphs come on top of that share (roles/planner/vllm.py: vllm#11251 ran out of memory capturing
+    graphs with too little left outside it). gpu_mib: VRAM per GPU in MiB.
     """
     claims: dict[int, list[tuple[str, int | None]]] = {}
     for unit, gpus, per_gpu in llama_instances:
         for g in gpus or range(n_gpus):
             claims.setdefault(g, []).append((unit, per_gpu))
-    for unit, gpus, tp, share in vllm_instances:
+    for unit, gpus, tp, share, outside in vllm_instances:
         for g in (gpus or list(range(n_gpus)))[:tp]:
-            claims.setdefault(g, []).append((unit, int(share * gpu_mib * MIB)))
+            claims.setdefault(g, []).append((unit, int(share * gpu_mib * MIB) + outside))
     return claims
 
 
@@ -119,7 +121,8 @@ def shared_gpu_problems(claims: dict[int, list[tuple[str, int | None]]], gpu_mib
         shown = {unit: f"{(b or 0) / MIB:.0f} MiB" for unit, b in users}
         problems.append(problem("gpus", shown, f"llama-server and vLLM instances share GPU {g} and claim "
                                 f"{total / MIB:.0f} MiB of its {gpu_mib} MiB together (llama-server's planned "
-                                "total plus vLLM's gpu_memory_utilization share): the second to start runs out of "
+                                "total plus vLLM's gpu_memory_utilization share and its CUDA context and graphs "
+                                "outside it): the second to start runs out of "
                                 "memory", "give the instances different GPUs (gpus: [...] on each), lower the vLLM "
                                 "instance's gpu_memory_utilization, or shorten the llama-server context"))
     return problems

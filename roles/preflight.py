@@ -18,6 +18,8 @@ from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver import decide as nvidia_driver
 from roles.facts import HostTraits
 from roles.nvidia_driver.facts import KernelMetapackages, NvidiaGpus, SecureBoot
+from roles.planner import VLLM_CUDA_CONTEXT_BYTES
+from roles.planner.vllm import vllm_graph_bytes
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings
 from roles.tuning import decide as tuning
@@ -83,6 +85,7 @@ def gpu_claims_of(settings: Settings, gpus: list, llama: llama_cpp.LlamaCppPlan 
         [(f"llama-server@{i.name}", i.settings.gpus, i.memory.total_bytes if i.memory else None)
          for i in llama.instances]
         if llama else [],
-        [(f"vllm@{i.name}", i.settings.gpus, i.settings.tensor_parallel_size, i.settings.gpu_memory_utilization)
+        [(f"vllm@{i.name}", i.settings.gpus, i.settings.tensor_parallel_size, i.settings.gpu_memory_utilization,
+          VLLM_CUDA_CONTEXT_BYTES + vllm_graph_bytes(i.settings.tensor_parallel_size, i.settings.enforce_eager))
          for i in served.instances] if served else [],
         gpu_count(settings, gpus), gpu_memory_mib(settings, gpus))

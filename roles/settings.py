@@ -57,7 +57,7 @@ class LlamaCppInstance(BaseModel):
     context: int = Field(8192, ge=256, le=1 << 21, description="-c: context tokens for all slots together")
     cache_type_k: LlamaCacheType | None = Field(
         None, description="-ctk: K cache type; None: the cheapest type that keeps attention on the GPU for the "
-                          "model's head size with this llama.cpp (q8_0 at 128, f16 elsewhere; the plan says why)")
+                          "model's head size with this llama.cpp (the plan says which and why)")
     cache_type_v: LlamaCacheType | None = Field(
         None, description="-ctv: V cache type (quantized V needs flash attention); None: chosen like cache_type_k")
     allow_cpu_attention: bool = Field(
@@ -209,7 +209,7 @@ class Settings(BaseModel):
         description="name of the pinned llama.cpp source; part of the install prefix (roll back by setting it back)")
     llama_cpp_source: str | None = Field(
         None, description="URL or control-machine path of a llama.cpp source .tar.gz; None: the pinned default "
-                          "(llama.cpp as vendored in the llama-cpp-python 0.3.16 sdist on PyPI)")
+                          "(llama.cpp as vendored in the llama_cpp_ref release's llama-cpp-python sdist on PyPI)")
     llama_cpp_source_sha256: Sha256 | None = Field(
         None, description="sha256 of llama_cpp_source (required with it; the default source's is built in)")
     llama_cpp_source_subdir: str | None = Field(
@@ -222,7 +222,8 @@ class Settings(BaseModel):
         False, description="GGML_CUDA_FA_ALL_QUANTS: flash-attention kernels for every KV type pair (slower build)")
     llama_cpp_flash_attn_style: Literal["value", "flag"] | None = Field(
         None, description="how this llama.cpp takes -fa: value (-fa on|off|auto, builds since about b6327) or flag "
-                          "(bare -fa, older builds); None: flag for the default source, value otherwise")
+                          "(bare -fa, older builds); None: the pinned source's own style (files/llama_cpp/<ref>.json), value "
+                          "for another source")
     llama_cpp_build_jobs: int = Field(2, ge=1, le=256, description="parallel compile jobs")
     llama_cpp_start_timeout_s: int = Field(
         600, ge=10, le=7200, description="after a (re)start on a GPU host, how long the deploy waits for /health "
@@ -256,11 +257,11 @@ class Settings(BaseModel):
 
     @field_validator("base_service_home", "tuning_swap_file")
     @classmethod
-    def _not_system_dirs(cls, v: str) -> str:
+    def _not_system_dirs(cls, v: str, info) -> str:
         if v == "/" or v.startswith(("/home/", "/root/")) or v in ("/home", "/root") or \
                 any(v == d or v.startswith(d + "/") for d in SYSTEM_DIRS):
-            raise ValueError(f"{v!r} is a system or login-home location; use a dedicated path such as /var/lib/llm "
-                             "or /swapfile")
+            example = "/swapfile" if info.field_name == "tuning_swap_file" else "/var/lib/llm"
+            raise ValueError(f"{v!r} is a system or login-home location; use a dedicated path such as {example}")
         return v
 
     @field_validator("llama_cpp_source_subdir")

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from v100kit.hosts import UnknownHost
+
 #: subcommand -> (module, one-line help)
 COMMANDS = {
     "plan": ("v100kit.plan", "what each host would get (driver, CUDA, builds, memory plans); changes nothing"),
@@ -50,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, "pytest_args"):
             parser.error(f"{args.command} takes no arguments after --")
         args.pytest_args = rest
-    return args.run(args)
+    try:
+        return args.run(args)
+    except UnknownHost as e:  # a --limit typo: a usage error, never an empty (healthy-looking) report
+        print(f"v100kit {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -16,12 +16,21 @@ from roles.preflight import preflight
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class UnknownHost(ValueError):
+    """A --limit host name that is not in the inventory."""
+
+
 def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: bool = False) -> dict:
     """{host name: fn(host, preflight(host, diagnosing)), or the error string when the host cannot be reached or
-    refused}. Read-only: only facts are gathered."""
+    refused}. Read-only: only facts are gathered. Raises UnknownHost for a `limit` name the inventory lacks (a typo
+    must not read as "every host healthy")."""
     os.chdir(ROOT)  # group_data/ is found relative to the project, as for pyinfra's CLI
     with ctx_state.use(State()):  # inventory files are executed in a pyinfra context
         inventory = make_inventory(inventory_file, cwd=str(ROOT))
+    names = [h.name for h in inventory]
+    if unknown := sorted(set(limit or ()) - set(names)):
+        raise UnknownHost(f"--limit {', '.join(unknown)}: no such host in {inventory_file} "
+                          f"(its hosts: {', '.join(names) or 'none'})")
     state = State(inventory, Config())
     state.init(inventory, Config())
     results: dict = {}

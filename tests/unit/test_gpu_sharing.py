@@ -18,26 +18,39 @@ V100_32GB_MIB = 32510  # nvidia-smi's total for a 32 GB V100 (docs/volta.md §7)
 
 
 def test_issue_example_llama_14_5_gb_plus_vllm_0_9_on_one_32gb_v100_is_refused():
-    claims = gpu_claims([("llama-server@a", None, int(14.5 * GB))], [("vllm@b", None, 1, 0.9)], 1, V100_32GB_MIB)
+    claims = gpu_claims([("llama-server@a", None, int(14.5 * GB))], [("vllm@b", None, 1, 0.9, 0)], 1, V100_32GB_MIB)
     (p,) = shared_gpu_problems(claims, V100_32GB_MIB)
     # 14.5 GB = 13828 MiB; 0.9 x 32510 MiB = 29259 MiB; together 43087 MiB > 32510 MiB
     assert "GPU 0" in p and "43087 MiB of its 32510 MiB" in p and "gpus: [...]" in p
 
 
 def test_llama_server_spreads_over_every_gpu_it_sees():
-    claims = gpu_claims([("llama-server@a", None, int(7.25 * GB))], [("vllm@b", [1], 1, 0.9)], 2, V100_32GB_MIB)
+    claims = gpu_claims([("llama-server@a", None, int(7.25 * GB))], [("vllm@b", [1], 1, 0.9, 0)], 2, V100_32GB_MIB)
     assert [u for u, _ in claims[0]] == ["llama-server@a"]
     assert [u for u, _ in claims[1]] == ["llama-server@a", "vllm@b"]
     assert shared_gpu_problems(claims, V100_32GB_MIB)  # 6914 + 29259 MiB on GPU 1
 
 
 def test_each_engine_on_its_own_gpu_is_accepted():
-    claims = gpu_claims([("llama-server@a", [0], int(14.5 * GB))], [("vllm@b", [1], 1, 0.9)], 2, V100_32GB_MIB)
+    claims = gpu_claims([("llama-server@a", [0], int(14.5 * GB))], [("vllm@b", [1], 1, 0.9, 0)], 2, V100_32GB_MIB)
     assert shared_gpu_problems(claims, V100_32GB_MIB) == []
 
 
+def test_vllm_claims_its_cuda_context_and_graphs_outside_its_share():
+    # a new user's case: a 16 GB V100 (16160 MiB), llama-server planned at 1585 MiB and vLLM at the default 0.9
+    # (14544 MiB): 31 MiB are left, but vLLM's CUDA context and graphs live outside its share (vllm#11251 ran out of
+    # memory capturing graphs with 0.79 GiB outside) - so with 900 MiB outside counted, the GPU is overfilled
+    v100_16gb = 16160
+    inside_only = gpu_claims([("llama-server@a", None, 1585 * MIB)], [("vllm@b", None, 1, 0.9, 0)], 1, v100_16gb)
+    assert shared_gpu_problems(inside_only, v100_16gb) == []
+    outside = gpu_claims([("llama-server@a", None, 1585 * MIB)], [("vllm@b", None, 1, 0.9, 900 * MIB)], 1,
+                         v100_16gb)
+    (p,) = shared_gpu_problems(outside, v100_16gb)
+    assert "GPU 0" in p and f"{1585 + int(0.9 * v100_16gb) + 900} MiB of its 16160 MiB" in p
+
+
 def test_one_engine_alone_is_left_to_its_own_role():
-    claims = gpu_claims([], [("vllm@a", None, 1, 0.6), ("vllm@b", None, 1, 0.6)], 1, V100_32GB_MIB)
+    claims = gpu_claims([], [("vllm@a", None, 1, 0.6, 0), ("vllm@b", None, 1, 0.6, 0)], 1, V100_32GB_MIB)
     assert shared_gpu_problems(claims, V100_32GB_MIB) == []  # roles/vllm/decide.py shared_gpu_problems refuses it
 
 
@@ -60,9 +73,10 @@ def test_plan_level_shared_gpu_overfilled_by_both_engines_is_refused_before_any_
     with pytest.raises(SettingsError) as e:  # the tiny llama-server's buffers and CUDA context + 0.85 of the GPU
         plan_commands(UBUNTU_2404, data(models, 0.85), responses={"sys.version_info": ["3.12"]})
     assert "share GPU 0" in str(e.value) and "llama-server@a" in str(e.value) and "vllm@b" in str(e.value)
-    # fits together: the preflight passes and the deploy's commands are recorded
+    # fits together (1011 MiB + 0.6 x 4096 MiB + vLLM's 400 MiB CUDA context outside its share): the preflight
+    # passes and the deploy's commands are recorded
     sha = models[1]
-    cmds = plan_commands(UBUNTU_2404, data(models, 0.7), responses={"sys.version_info": ["3.12"],
+    cmds = plan_commands(UBUNTU_2404, data(models, 0.6), responses={"sys.version_info": ["3.12"],
                                                                     "sha256": [f"{sha}  /var/lib/llm/models/tiny.gguf"]},
                          stops_early=True)
     assert [c for c in cmds if "llama-server@a" in str(c)]
