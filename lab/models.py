@@ -34,9 +34,11 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
 
 
 def write_llama(path: Path, seed: int = 0, n_embd: int = N_EMBD, n_head: int = N_HEAD, n_head_kv: int = N_HEAD_KV,
-                n_layer: int = N_LAYER, n_ff: int = N_FF, n_ctx: int = N_CTX, architecture: str = "llama") -> Path:
+                n_layer: int = N_LAYER, n_ff: int = N_FF, n_ctx: int = N_CTX, architecture: str = "llama",
+                zero_weights: bool = False) -> Path:
     """A llama-shaped GGUF with random F32 weights: head size n_embd / n_head, `n_ctx` trained context tokens,
-    `architecture` as general.architecture (tests give names a llama.cpp tree may not know). Returns `path`."""
+    `architecture` as general.architecture (tests give names a llama.cpp tree may not know). `zero_weights`: zeros
+    instead (fast for large shapes that only the planner reads). Returns `path`."""
     N_EMBD, N_HEAD, N_HEAD_KV, N_LAYER, N_FF, N_CTX = n_embd, n_head, n_head_kv, n_layer, n_ff, n_ctx  # noqa: N806
     HEAD_DIM = N_EMBD // N_HEAD  # noqa: N806
     rng = np.random.default_rng(seed)
@@ -62,7 +64,8 @@ def write_llama(path: Path, seed: int = 0, n_embd: int = N_EMBD, n_head: int = N
     w.add_unk_token_id(0)
 
     def t(name: str, *shape: int) -> None:  # numpy shape is ggml's ne reversed
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+        w.add_tensor(name, np.zeros(shape, np.float32) if zero_weights
+                     else (rng.standard_normal(shape) * 0.02).astype(np.float32))
 
     t("token_embd.weight", n_vocab, N_EMBD)
     for i in range(N_LAYER):

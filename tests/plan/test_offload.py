@@ -1,80 +1,36 @@
 """README: the deploy refuses an instance whose model would run layers on the CPU, before any change, unless the
 instance sets `allow_offload: true`; then it is planned with those layers on the CPU (docs/promises.md).
 
-The model is a llama-shaped GGUF written here with the gguf package: LAYERS repeating layers of f16 weights, about
-1.1 GiB in all, on a box whose one GPU has 1024 MiB (gpu_memory_mib, no driver answers yet). Its weights alone are
-more than the VRAM, so no setting of the context or the KV cache makes it fit."""
+The model is a llama-shaped GGUF written with the gguf package (lab/models.py write_llama): LAYERS repeating layers
+of zero F32 weights, about 1.1 GiB in all, on a box whose one GPU has 1024 MiB (gpu_memory_mib, no driver answers
+yet). Its weights alone are more than the VRAM, so no setting of the context or the KV cache makes it fit."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 import shlex
-from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 
-from lab.models import vocabulary
+from lab.models import write_llama
 from roles.settings import SettingsError
 from tests.plan.harness import DEBIAN_13, plan_uploads
 
-LAYERS, N_EMBD, N_HEAD, N_FF = 12, 2048, 16, 5632
+LAYERS, N_EMBD, N_HEAD, N_FF = 22, 1024, 8, 2816
 VRAM_MIB = 1024
 PLACED = "/var/lib/llm/models/big.gguf"
 
 
-def write_big(path: Path) -> Path:
-    """A llama GGUF with zero f16 weights (llama.cpp's tensor names and shapes, gguf's writer; numpy shapes are
-    ggml's ne reversed)."""
-    tokens, scores, types = vocabulary()
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("v100kit-offload-test")
-    w.add_context_length(4096)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(LAYERS)
-    w.add_feed_forward_length(N_FF)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD)
-    w.add_rope_dimension_count(N_EMBD // N_HEAD)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-
-    def t(name: str, *shape: int) -> None:
-        w.add_tensor(name, np.zeros(shape, np.float16))
-
-    t("token_embd.weight", len(tokens), N_EMBD)
-    for i in range(LAYERS):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, np.float32))
-        for m in ("q", "k", "v", "output"):
-            t(f"blk.{i}.attn_{m}.weight", N_EMBD, N_EMBD)
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, np.float32))
-        t(f"blk.{i}.ffn_gate.weight", N_FF, N_EMBD)
-        t(f"blk.{i}.ffn_up.weight", N_FF, N_EMBD)
-        t(f"blk.{i}.ffn_down.weight", N_EMBD, N_FF)
-    w.add_tensor("output_norm.weight", np.ones(N_EMBD, np.float32))
-    t("output.weight", len(tokens), N_EMBD)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
-#: f16 bytes of one repeating layer: four n_embd x n_embd attention matrices, three n_embd x n_ff FFN matrices
-LAYER_BYTES = 2 * (4 * N_EMBD * N_EMBD + 3 * N_EMBD * N_FF)
+#: F32 bytes of one repeating layer's matrices (GGUF spec: F32 = 4 bytes per element): four n_embd x n_embd
+#: attention matrices (as many KV heads as heads), three n_embd x n_ff FFN matrices
+LAYER_BYTES = 4 * (4 * N_EMBD * N_EMBD + 3 * N_EMBD * N_FF)
 
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory) -> dict:
-    path = write_big(tmp_path_factory.mktemp("offload") / "big.gguf")
+    path = write_llama(tmp_path_factory.mktemp("offload") / "big.gguf", n_embd=N_EMBD, n_head=N_HEAD,
+                       n_head_kv=N_HEAD, n_layer=LAYERS, n_ff=N_FF, zero_weights=True)
     assert LAYERS * LAYER_BYTES > VRAM_MIB << 20  # the weights alone do not fit
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     return {"model_source": str(path), "model_sha256": sha, "port": 8081, "context": 1024}
