@@ -11,10 +11,10 @@ setup-lab:
 	./tools/setup.sh --lab
 
 lab: setup-lab
-	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive"
+	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive" --durations=12
 
 test: setup-lab
-	.venv/bin/python -m pytest -rs
+	.venv/bin/python -m pytest -rs --durations=20
 
 test-fast: setup
 	.venv/bin/python -m pytest -m "not lab" -q

@@ -6,7 +6,7 @@ the host network, so each lab host's sshd listens on its own loopback port with 
 and the host keys are generated at run time under the lab state directory, never in the repository.
 
 Layout (both directories live outside the repository and survive between runs):
-    $V100KIT_LAB_CACHE (/var/cache/v100kit-lab): images/<suite>-<key>.tar, apt/<suite>/ (shared .deb cache),
+    $V100KIT_LAB_CACHE (/var/cache/v100kit-lab): images/<suite>-<key>-<ISO week>.tar, apt/<suite>/ (shared .deb cache),
                                                  uv/ (shared wheel cache), ccache/ (shared compiler cache)
     $V100KIT_LAB_STATE (/var/lib/v100kit-lab):   id_ed25519, known_hosts, ssh_config, hosts/<name>/{rootfs,pid,console.log}
 
@@ -39,6 +39,8 @@ import paramiko
 LAB_STATE = Path(os.environ.get("V100KIT_LAB_STATE", "/var/lib/v100kit-lab"))
 LAB_CACHE = Path(os.environ.get("V100KIT_LAB_CACHE", "/var/cache/v100kit-lab"))
 MIRROR = os.environ.get("V100KIT_LAB_MIRROR", "http://deb.debian.org/debian")
+#: Debian's security archive, as a fresh install (and the base role) has it in its sources
+SECURITY_MIRROR = os.environ.get("V100KIT_LAB_SECURITY_MIRROR", "http://security.debian.org/debian-security")
 
 # A stock minimal Debian server as users have it: only the `main` component (the base role must add
 # contrib/non-free), a real kernel package with initramfs-tools (so DKMS builds and initramfs checks are real),
@@ -99,6 +101,12 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
         raise
 
 
+def image_sources(suite: str) -> list[str]:
+    """The one-line apt sources a lab image is built from: `suite`, `suite`-updates and `suite`-security (main)."""
+    return [f"deb {MIRROR} {suite} main", f"deb {MIRROR} {suite}-updates main",
+            f"deb {SECURITY_MIRROR} {suite}-security main"]
+
+
 @dataclass(frozen=True)
 class HostSpec:
     """One bundled lab host: its Debian suite, its sshd loopback port and extra pyinfra host data."""
@@ -156,21 +164,31 @@ class Lab:
 
     # -- images -----------------------------------------------------------------------------------------
     def image(self, suite: str) -> Path:
-        """Return the cached root filesystem tarball for `suite`, building it with mmdebstrap if missing."""
-        key = hashlib.sha256(json.dumps([suite, IMAGE_PACKAGES, MIRROR]).encode()).hexdigest()[:12]
-        path = self.cache / "images" / f"{suite}-{key}.tar"
+        """Return the cached root filesystem tarball for `suite`, building it with mmdebstrap if missing.
+
+        The image is a server installed this week: the suite with its -updates and -security suites, as Debian's
+        installer leaves it, so its kernel is the one the archive's headers metapackage follows. A stale image's
+        older kernel made every lab host build the NVIDIA module twice (measured: 166 s of the first deploy).
+        Images are rebuilt once per ISO week; the build replaces the earlier weeks' tarballs of the same image."""
+        sources = image_sources(suite)
+        week = time.strftime("%G-W%V", time.gmtime())
+        key = hashlib.sha256(json.dumps([suite, IMAGE_PACKAGES, sources]).encode()).hexdigest()[:12]
+        path = self.cache / "images" / f"{suite}-{key}-{week}.tar"
         with locked(path):  # one build per image, whoever asks first; the others wait and reuse it
             if path.exists():  # only ever written whole: built as a .part file, then renamed
                 return path
             part = path.with_name(f"{path.name}.{os.getpid()}.part")
             part.unlink(missing_ok=True)
             cmd = ["mmdebstrap", "--format=tar", "--variant=minbase", "--components=main",
-                   "--include=" + ",".join(IMAGE_PACKAGES), suite, str(part), MIRROR]
+                   "--include=" + ",".join(IMAGE_PACKAGES), suite, str(part), *sources]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:
                 part.unlink(missing_ok=True)
                 raise LabError(f"mmdebstrap {suite} failed:\n{res.stderr[-3000:]}")
             os.replace(part, path)  # atomic: an interrupted build never leaves a half image under the final name
+            for older in path.parent.glob(f"{suite}-{key}-*.tar"):  # earlier weeks' builds of this image
+                if older != path:
+                    older.unlink(missing_ok=True)
             return path
 
     # -- keys -------------------------------------------------------------------------------------------

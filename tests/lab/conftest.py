@@ -71,7 +71,10 @@ def pytest_terminal_summary(terminalreporter):
     for label, run in (("first deploy", p.first), ("second deploy", p.second)):
         per_host = ", ".join(f"{h} {n}" for h, n in sorted(run.changed.items())) or "none"
         tr.write_line(f"{label}: {run.seconds:.1f} s, rc {run.rc}, changed operations: {per_host}")
+        hosts = ", ".join(f"{h} {sec:.1f} s" for h, sec in sorted(run.host_seconds.items()))
+        slowest = ", ".join(f"{name} {sec:.0f} s" for name, sec in run.slowest(10))
         tr.write_line(f"  before the first operation (inventory, connect, facts): {run.prepare_seconds:.1f} s; "
-                      "slowest: " + ", ".join(f"{name} {sec:.0f} s" for name, sec in run.slowest(10)))
+                      f"each host's last operation done at: {hosts}"
+                      + (f"; slowest (lockstep): {slowest}" if slowest else ""))
     for name, (old, new) in sorted(p.reboots.items()):
         tr.write_line(f"reboot {name}: boot_id {old} -> {new}")

@@ -32,7 +32,10 @@ from lab.harness import LAB_CACHE, LAB_DATA, HostSpec, Lab
 from lab.provision import PYINFRA, ROOT
 from v100kit.doctor import diagnose_all
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="boots a systemd-nspawn host: needs root")
+# disruptive: each test breaks its host on purpose (make test runs them; make lab, which provisions and verifies the
+# bundled hosts, does not: about 190 s of its own host's deploys)
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="boots a systemd-nspawn host: needs root"),
+              pytest.mark.disruptive]
 
 BTRFS = "/srv/btrfs"
 #: Settings of the host: NVIDIA's repository in use (so its entries are the toolkit's to manage), a small swapfile.

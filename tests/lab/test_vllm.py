@@ -217,3 +217,40 @@ def test_trixie_installs_the_release_python313_has_wheels_for_then_removes_the_i
         back = deploy("vllm-trixie-back", ["--limit", TRIXIE.name])
     assert back.rc == 0 and "vLLM | vllm@tiny removed" in back.changed_ops.get(TRIXIE.name, []), back.changed_ops
     assert tx.service(UNIT).is_enabled is False and not tx.file("/etc/vllm/tiny.env").exists
+
+
+@pytest.mark.disruptive
+def test_setting_the_version_back_rolls_back_to_the_old_venv_without_installing(provisioned, bw):
+    """README: "Set `vllm_version` back to roll back: the old venv is still there." Debian 12 moves to 0.10.2 (a venv
+    of its own from the py3.11 lock, V1 engine) and back: the link returns to the old venv, which nothing touched,
+    nothing is downloaded or installed, the instance's engine environment is the old release's again, and the
+    0.10.2 venv stays on the host (nothing the user built is deleted)."""
+    other = VLLM_RELEASES["0.10.2"]
+    assert "3.11" in other.pythons and other.version != DEFAULT_VERSION
+    old = bw.check_output(f"readlink {CURRENT}")
+    old_stamp = f"{old}/.v100kit-venv.json"
+    assert json.loads(bw.file(old_stamp).content_string)["vllm"] == DEFAULT_VERSION
+    untouched = f"stat -c '%n %i %Y' {old} {old}/bin/python {old_stamp}; sha256sum {old_stamp}"
+    before = bw.check_output(untouched)
+    args = [*data_args({"vllm_version": other.version}), "--limit", SPEC.name]
+    try:
+        run = deploy("vllm-to-0.10.2", args)
+        assert run.rc == 0, run.stderr[-3000:]
+        new = bw.check_output(f"readlink {CURRENT}")
+        assert new != old and json.loads(bw.file(f"{new}/.v100kit-venv.json").content_string)["vllm"] == other.version
+        assert "VLLM_USE_V1" not in bw.file("/etc/vllm/tiny.env").content_string  # V1: nothing to set on Volta
+        assert bw.check_output(untouched) == before, "installing another release left the old venv as it was"
+    finally:
+        bw.run("touch /run/v100kit-rollback-marker")
+        back = deploy("vllm-rollback", ["--limit", SPEC.name])
+    assert back.rc == 0, back.stderr[-3000:]
+    assert bw.check_output(f"readlink {CURRENT}") == old
+    assert f"vLLM | {CURRENT} -> {Path(old).name}" in back.changed_ops.get(SPEC.name, []), back.changed_ops
+    assert not any(op.startswith("vLLM | venv ") for op in back.changed_ops.get(SPEC.name, [])), back.changed_ops
+    assert bw.check_output(untouched) == before
+    assert bw.check_output(f"find {UV_CACHE} {old} -newer /run/v100kit-rollback-marker | head -5") == ""
+    assert "VLLM_USE_V1=0" in bw.file("/etc/vllm/tiny.env").content_string
+    assert bw.file(f"{new}/.v100kit-venv.json").exists, "the 0.10.2 venv stays for the next roll forward"
+    assert bw.run(f"{PY} -c 'import vllm' 2>/dev/null").rc == 0
+    again = deploy("vllm-after-rollback", ["--limit", SPEC.name])
+    assert again.rc == 0 and again.changed == {}, again.changed_ops
