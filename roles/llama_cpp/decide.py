@@ -367,7 +367,8 @@ def server_args(inst: Instance, flash_attn_style: str) -> str:
 
     Builds that take a bare `-fa` have no `auto`: there auto means on when the V cache is quantized (which needs
     flash attention; Volta has it: docs/volta.md §5), off otherwise."""
-    s, kv = inst.settings, inst.kv or KvChoice(s.cache_type_k or "f16", s.cache_type_v or "f16", None, "")
+    s = inst.settings
+    kv = inst.kv or KvChoice(s.cache_type_k or "f16", s.cache_type_v or "f16", None, "")
     args = ["-m", inst.model_path, "--host", s.listen, "--port", str(s.port), "-ngl", str(inst.n_gpu_layers),
             "-c", str(s.context), "-ctk", kv.cache_type_k, "-ctv", kv.cache_type_v, "-np", str(s.parallel)]
     fa = kv.flash_attn

@@ -1,0 +1,62 @@
+"""roles/llama_cpp/decide.tree_of: what the role knows of the tree it builds, for each kind of source (issue 14's
+mutation run found every field of its result unchecked). Expected facts come from the pin data files (written by
+tools/llama_cpp_pin.py from the archives, and checked against them in test_llama_cpp_tree.py) and from the real
+sdist where this machine has it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from roles.llama_cpp.decide import Tree, tree_of
+from roles.llama_cpp.versions import SOURCES, load_pin, pin_file
+from roles.settings import load_settings
+from tests.unit.test_llama_cpp_tree import archive
+
+PIN = "pypi-0.3.36"
+
+
+def settings(all_quants: bool):
+    return load_settings("h", {"llama_cpp_fa_all_quants": all_quants})
+
+
+def pin_facts(ref: str) -> tuple[frozenset[str], str]:
+    data = load_pin(pin_file(ref))
+    return frozenset(data["architectures"]), data["fa_form"]
+
+
+@pytest.mark.parametrize("all_quants", [True, False])
+def test_a_pinned_source_gives_its_pin_files_facts_without_reading_anything(all_quants):
+    src = dataclasses.replace(SOURCES[PIN], url="/nonexistent/archive.tar.gz")  # not read: the pin data is enough
+    archs, form = pin_facts(PIN)
+    assert tree_of(src, settings(all_quants)) == Tree(PIN, archs, form, all_quants)
+
+
+def test_a_pinned_source_with_only_its_architectures_known_still_uses_them():
+    src = dataclasses.replace(SOURCES[PIN], fa_form=None)
+    assert tree_of(src, settings(False)) == Tree(PIN, pin_facts(PIN)[0], None, False)
+
+
+@pytest.mark.parametrize("all_quants", [True, False])
+def test_an_archive_on_the_control_machine_is_read_for_its_facts(all_quants):
+    path = archive("0.3.36")
+    src = dataclasses.replace(SOURCES[PIN], ref="mine", url=str(path), architectures=None, fa_form=None)
+    archs, form = pin_facts(PIN)  # the same archive the pin was made from
+    assert tree_of(src, settings(all_quants)) == Tree("mine", archs, form, all_quants)
+    # after its checksum failed the archive is not read: unknown, said so where it matters
+    assert tree_of(src, settings(all_quants), read_archive=False) == Tree("mine", None, None, all_quants)
+
+
+@pytest.mark.parametrize("url", ["https://example.org/llama.cpp-b9999.tar.gz", "/nonexistent/llama.cpp.tar.gz"])
+def test_a_url_or_a_missing_file_is_unknown(url):
+    src = dataclasses.replace(SOURCES[PIN], ref="other", url=url, architectures=None, fa_form=None)
+    assert tree_of(src, settings(True)) == Tree("other", None, None, True)
+
+
+def test_an_unreadable_archive_is_unknown_not_an_error(tmp_path: Path):
+    bad = tmp_path / "llama.cpp.tar.gz"
+    bad.write_bytes(b"not a tar archive at all")
+    src = dataclasses.replace(SOURCES[PIN], ref="broken", url=str(bad), architectures=None, fa_form=None)
+    assert tree_of(src, settings(False)) == Tree("broken", None, None, False)
