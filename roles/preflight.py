@@ -4,6 +4,7 @@ before any operation is added. A refusal raises SettingsError, which stops the d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyinfra import logger
 from pyinfra.api.host import Host
@@ -21,11 +22,25 @@ from roles.nvidia_driver.facts import KernelMetapackages, NvidiaGpus, SecureBoot
 from roles.planner import VLLM_CUDA_CONTEXT_BYTES
 from roles.planner.vllm import vllm_graph_bytes
 from roles.platform import Platform, platform_from_os_release
-from roles.settings import Settings, SettingsError, load_settings
+from roles.settings import Settings, SettingsError, load_settings, problem
 from roles.tuning import decide as tuning
 from roles.tuning.facts import FreeBytes, PathFilesystem, SwapHeaderSize
 from roles.vllm import decide as vllm
 from roles.vllm.facts import HfModelDir, PythonVersion
+
+
+#: the repository root: pyinfra reads group_data/ (every group's settings) and config.py from the directory it runs in
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def working_directory_problems(cwd: Path, root: Path = ROOT) -> list[str]:
+    """[] when pyinfra runs in the repository root `root`; else one problem: from another directory pyinfra finds
+    neither group_data/ nor config.py, so every group setting would silently fall back to its default (and roles
+    without instances would unconfigure the ones an earlier deploy set up)."""
+    if cwd.resolve() == root.resolve():
+        return []
+    return [problem("working directory", str(cwd), f"pyinfra reads group_data/ and config.py from the directory it "
+                    f"runs in, and {root} holds them", f"run pyinfra from {root}, or pass --chdir {root}")]
 
 
 @dataclass(frozen=True)
@@ -49,7 +64,7 @@ def preflight(host: Host, diagnosing: bool = False) -> HostPlan:
     an enrolled DKMS key: the row 'Secure Boot lets the module load')."""
     settings = load_settings(host.name, host.data.dict())
     platform = platform_from_os_release(host.name, host.get_fact(OsRelease))
-    problems = base.check(settings, host.get_fact(Users))
+    problems = working_directory_problems(Path.cwd()) + base.check(settings, host.get_fact(Users))
     swap = settings.tuning_swap_file
     problems += tuning.check(settings, host.get_fact(Sysctl, keys=list(settings.tuning_sysctl_extra)),
                              host.get_fact(SwapHeaderSize, path=swap), bool(host.get_fact(File, path=swap)),

@@ -306,10 +306,34 @@ def load_settings(host_name: str, data: dict[str, Any]) -> Settings:
     ignored. Raises SettingsError listing every problem at once.
     """
     ours = {k: v for k, v in data.items() if not k.startswith(_PYINFRA_PREFIXES)}
+    problems = pyinfra_key_problems(data)
     try:
-        return Settings(**ours)
+        settings = Settings(**ours)
     except ValidationError as e:
-        raise SettingsError(host_name, [_explain(err) for err in e.errors()]) from None
+        raise SettingsError(host_name, problems + [_explain(err) for err in e.errors()]) from None
+    if problems:
+        raise SettingsError(host_name, problems)
+    return settings
+
+
+def pyinfra_key_problems(data: dict[str, Any]) -> list[str]:
+    """The `ssh_*` and `_*` keys of `data` that neither pyinfra's SSH connector (SSHConnector.data_meta) nor its
+    global arguments (all_global_arguments) know: a typo there (`ssh_usr`, `_sudoo`) would otherwise be ignored by
+    pyinfra and by the toolkit alike. One problem per key, with the closest known key."""
+    from pyinfra.api.arguments import all_global_arguments
+    from pyinfra.connectors.ssh import SSHConnector
+
+    known = {"ssh_": set(SSHConnector.data_meta), "_": {name for name, _ in all_global_arguments()}}
+    problems = []
+    for key in sorted(data):
+        prefix = "ssh_" if key.startswith("ssh_") else "_" if key.startswith("_") else None
+        if prefix is None or key in known[prefix]:
+            continue
+        close = difflib.get_close_matches(key, known[prefix], n=1)
+        fix = f"did you mean {close[0]!r}? Rename it" if close else "remove it"
+        problems.append(problem(key, data[key], "not a key pyinfra knows either (its SSH connector's data or its "
+                                "global arguments)", fix))
+    return problems
 
 
 #: Common spellings of pyinfra's own host data keys.

@@ -12,19 +12,35 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
 from roles.preflight import preflight
+from roles.ssh import tcp_nodelay
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 class UnknownHost(ValueError):
-    """A --limit host name that is not in the inventory."""
+    """A --limit host name that is not in the inventory, or an inventory file that does not exist."""
+
+
+def inventory_path(inventory: str, cwd: Path) -> str:
+    """`inventory` as pyinfra should read it once the command has moved to the project root: a file path (it ends in
+    .py or names a directory) resolved against the caller's working directory `cwd`; host names (`@local`,
+    `gpu-01,gpu-02`) as given. Raises UnknownHost for a file that does not exist (a wrong path must not read as
+    "no host, nothing wrong")."""
+    if not (inventory.endswith(".py") or "/" in inventory):
+        return inventory
+    path = (cwd / inventory).expanduser()
+    if not path.is_file():
+        raise UnknownHost(f"inventory {inventory}: no such file ({path})")
+    return str(path.resolve())
 
 
 def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: bool = False) -> dict:
     """{host name: fn(host, preflight(host, diagnosing)), or the error string when the host cannot be reached or
     refused}. Read-only: only facts are gathered. Raises UnknownHost for a `limit` name the inventory lacks (a typo
     must not read as "every host healthy")."""
+    inventory_file = inventory_path(inventory_file, Path.cwd())
     os.chdir(ROOT)  # group_data/ is found relative to the project, as for pyinfra's CLI
+    tcp_nodelay()  # as config.py does for pyinfra's CLI
     with ctx_state.use(State()):  # inventory files are executed in a pyinfra context
         inventory = make_inventory(inventory_file, cwd=str(ROOT))
     names = [h.name for h in inventory]

@@ -72,3 +72,14 @@ def test_bad_instance_name_is_named_without_pydantics_key_marker():
     assert refusal({"llama_cpp_instances": {"Chat!": {"model_source": "/m.gguf"}}}) == [
         "llama_cpp_instances.Chat! = 'Chat!': instance names are lower-case letters, digits, '-' and '_' (they "
         "become systemd unit names). Fix: rename the instance, e.g. 'gemma27b'"]
+
+
+def test_typos_in_pyinfras_own_keys_are_refused_too():
+    """ssh_* and _* keys are pyinfra's: the known ones pass (its SSH connector's data, its global arguments), a typo
+    is named with the closest one instead of being ignored by both."""
+    assert load_settings("box1", {"ssh_user": "admin", "ssh_port": 2222, "_sudo": True, "_sudo_user": "root"})
+    assert refusal({"ssh_usr": "admin", "_sudoo": True}) == [
+        "_sudoo = True: not a key pyinfra knows either (its SSH connector's data or its global arguments). Fix: did "
+        "you mean '_sudo'? Rename it",
+        "ssh_usr = 'admin': not a key pyinfra knows either (its SSH connector's data or its global arguments). Fix: "
+        "did you mean 'ssh_user'? Rename it"]
