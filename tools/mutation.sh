@@ -10,7 +10,7 @@
 #   MUTATION_JOBS=2 tools/mutation.sh      parallel workers (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/mutmut ] || { echo "no .venv/bin/mutmut: run 'uv sync --frozen' (dev dependencies)" >&2; exit 1; }
+[ -x .venv/bin/mutmut ] || { echo "no .venv/bin/mutmut: run tools/setup.sh (or .tools/bin/uv sync --frozen: dev dependencies)" >&2; exit 1; }
 if [ "${1:-}" = "--fresh" ]; then
   rm -rf mutants
   shift
