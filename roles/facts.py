@@ -17,6 +17,7 @@ class Traits(TypedDict):
     modules_loadable: bool
     nouveau_loaded: bool
     thp_mode: str
+    systemd: bool
 
 
 class HostTraits(FactBase[Traits]):
@@ -29,7 +30,9 @@ class HostTraits(FactBase[Traits]):
         thp_writable: /sys/kernel/mm/transparent_hugepage/enabled accepts writes,
         modules_loadable: not a container and /lib/modules/<running kernel> exists,
         nouveau_loaded: the nouveau module is loaded (it then owns the GPU until a reboot),
-        thp_mode: the transparent hugepage mode in effect ('always' | 'madvise' | 'never' | '').
+        thp_mode: the transparent hugepage mode in effect ('always' | 'madvise' | 'never' | ''),
+        systemd: the host was booted with systemd as PID 1 (/run/systemd/system exists, sd_booted(3)); True when
+            the output does not say (an older recording).
     """
 
     def command(self) -> str:
@@ -40,7 +43,8 @@ class HostTraits(FactBase[Traits]):
             "test -w /sys/kernel/mm/transparent_hugepage/enabled && echo thp_writable=1 || echo thp_writable=0; "
             "test -d /lib/modules/$(uname -r) && echo modules_dir=1 || echo modules_dir=0; "
             "test -d /sys/module/nouveau && echo nouveau_loaded=1 || echo nouveau_loaded=0; "
-            "echo thp_mode=$(sed 's/.*\\[\\(.*\\)\\].*/\\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
+            "echo thp_mode=$(sed 's/.*\\[\\(.*\\)\\].*/\\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null); "
+            "test -d /run/systemd/system && echo systemd=1 || echo systemd=0"
         )
 
     def process(self, output: list[str]) -> Traits:
@@ -54,6 +58,7 @@ class HostTraits(FactBase[Traits]):
             modules_loadable=virt == "none" and raw.get("modules_dir") == "1",
             nouveau_loaded=raw.get("nouveau_loaded") == "1",
             thp_mode=raw.get("thp_mode", ""),
+            systemd=raw.get("systemd") != "0",
         )
 
 

@@ -43,6 +43,16 @@ def working_directory_problems(cwd: Path, root: Path = ROOT) -> list[str]:
                     f"runs in, and {root} holds them", f"run pyinfra from {root}, or pass --chdir {root}")]
 
 
+def init_problems(traits: dict) -> list[str]:
+    """[] when the host runs systemd as PID 1 (HostTraits' `systemd`); else one problem: the services, the swapfile
+    and the boot-time settings are systemd units, so the deploy cannot work there."""
+    if traits.get("systemd", True):
+        return []
+    return [problem("host", f"{traits.get('virt', 'none')} without systemd", "PID 1 is not systemd (no "
+                    "/run/systemd/system): the services, the swapfile and the boot-time settings are systemd units",
+                    "deploy to a host booted with systemd (a container needs systemd as its init)")]
+
+
 @dataclass(frozen=True)
 class HostPlan:
     """The validated settings and the resolved stack of one host."""
@@ -64,7 +74,10 @@ def preflight(host: Host, diagnosing: bool = False) -> HostPlan:
     an enrolled DKMS key: the row 'Secure Boot lets the module load')."""
     settings = load_settings(host.name, host.data.dict())
     platform = platform_from_os_release(host.name, host.get_fact(OsRelease))
-    problems = working_directory_problems(Path.cwd()) + base.check(settings, host.get_fact(Users))
+    problems = working_directory_problems(Path.cwd()) + init_problems(host.get_fact(HostTraits))
+    if problems:  # nothing else can be read sensibly there
+        raise SettingsError(host.name, problems)
+    problems = base.check(settings, host.get_fact(Users))
     swap = settings.tuning_swap_file
     problems += tuning.check(settings, host.get_fact(Sysctl, keys=list(settings.tuning_sysctl_extra)),
                              host.get_fact(SwapHeaderSize, path=swap), bool(host.get_fact(File, path=swap)),
