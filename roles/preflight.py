@@ -67,14 +67,17 @@ class HostPlan:
     gpu_claims: dict = field(default_factory=dict)
 
 
-def preflight(host: Host, diagnosing: bool = False) -> HostPlan:
+def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> HostPlan:
     """Validate the host's settings and its whole stack. Raises SettingsError listing every problem.
 
     `diagnosing`: for the doctor, which reports host states as rows instead of refusing them (Secure Boot without
-    an enrolled DKMS key: the row 'Secure Boot lets the module load')."""
+    an enrolled DKMS key: the row 'Secure Boot lets the module load'). `deploying`: False for the read-only commands
+    (plan, doctor, bench, verify), which read a host without systemd as PID 1 too; a deploy refuses it."""
     settings = load_settings(host.name, host.data.dict())
     platform = platform_from_os_release(host.name, host.get_fact(OsRelease))
-    problems = working_directory_problems(Path.cwd()) + init_problems(host.get_fact(HostTraits))
+    # the read-only commands (plan, doctor, bench, verify: deploying False) still read a host without systemd, and
+    # say per check what it lacks
+    problems = working_directory_problems(Path.cwd()) + (init_problems(host.get_fact(HostTraits)) if deploying else [])
     if problems:  # nothing else can be read sensibly there
         raise SettingsError(host.name, problems)
     problems = base.check(settings, host.get_fact(Users))

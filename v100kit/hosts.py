@@ -35,7 +35,7 @@ def inventory_path(inventory: str, cwd: Path) -> str:
 
 
 def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: bool = False) -> dict:
-    """{host name: fn(host, preflight(host, diagnosing)), or the error string when the host cannot be reached or
+    """{host name: fn(host, preflight(host, diagnosing, deploying=False)), or the error string when the host cannot be reached or
     refused}. Read-only: only facts are gathered. Raises UnknownHost for a `limit` name the inventory lacks (a typo
     must not read as "every host healthy")."""
     inventory_file = inventory_path(inventory_file, Path.cwd())
@@ -63,7 +63,7 @@ def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: 
                 continue
             with ctx_host.use(host):
                 try:
-                    results[host.name] = fn(host, preflight(host, diagnosing))
+                    results[host.name] = fn(host, preflight(host, diagnosing, deploying=False))
                 except PyinfraError as e:
                     results[host.name] = str(e)
     return results
