@@ -325,8 +325,8 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     there are checked by the planner (VRAM, KV cache, offload), before any change. Never raises for bad settings:
     returns (plan, problems), the plan None whenever there is a problem.
     """
-    if not settings.llama_cpp_instances:
-        return None, []
+    if not settings.llama_cpp_instances:  # nothing to build, but a ref without a source is still a mistake
+        return None, source(settings)[1]
     src, problems = source(settings)
     problems += (file_problems := source_file_problems(src))
     tk, more = toolkit(settings, toolkits)

@@ -368,8 +368,8 @@ def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], drive
     claim, and memory (the planner). Never raises for bad input: returns (plan, problems), the plan None whenever
     there is a problem.
     """
-    if not settings.vllm_instances:
-        return None, []
+    if not settings.vllm_instances:  # nothing to install, but a release that does not exist is still a mistake
+        return None, release(settings)[1]
     rel, problems = release(settings)
     if rel is None:
         return None, problems
