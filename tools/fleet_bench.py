@@ -7,6 +7,9 @@ again (no change), then destroys them. Each N is timed twice: in pyinfra's defau
 for every host) and with --no-wait. Prints a Markdown table; N x the one-host time is what a serial deploy costs.
 
     .venv/bin/python tools/fleet_bench.py [N ...] [--modes lockstep,no-wait]
+
+Not run yet (written in session 5, no machine time left). Before its figures mean anything: the hosts share the
+lab's apt archive cache, whose lock serializes their apt runs; give each host its own copy first.
 """
 
 from __future__ import annotations
