@@ -10,11 +10,10 @@ import pytest
 from roles.cuda.versions import DISTRO_TOOLKITS
 from roles.llama_cpp.decide import plan
 from roles.settings import load_settings
+from tests.unit.test_memory_plan_gpus import gpu
 
 TOOLKITS = list(DISTRO_TOOLKITS.values())
-V100 = {"name": "Tesla V100-SXM2-16GB", "compute_cap": "7.0", "memory_mib": 16160, "driver_version": "535.261.03",
-        "persistence_mode": True}
-TWO_GPUS = [{"index": 0, **V100}, {"index": 1, **V100}]
+TWO_GPUS = [gpu(i, "Tesla V100-SXM2-16GB", 16160, "7.0") for i in range(2)]  # nvidia-smi rows
 ON_HOST = "/srv/models/ok.gguf"
 K = "llama_cpp_instances.chat"
 

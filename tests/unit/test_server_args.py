@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 import shlex
-import tarfile
 
 import pytest
 
+from roles.llama_cpp import tree
 from roles.llama_cpp.choices import KvChoice
 from roles.llama_cpp.decide import Instance, server_args
 from roles.settings import LlamaCppInstance
@@ -19,9 +19,7 @@ from tests.unit.test_llama_cpp_tree import archive
 
 
 def declared_flags(version: str) -> set[str]:
-    with tarfile.open(archive(version)) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("vendor/llama.cpp/common/arg.cpp"))
-        text = tar.extractfile(member).read().decode()
+    text = tree.read_files(archive(version))[tree.ARG_CPP]  # the toolkit's own reader of the sdist's members
     return {f for group in re.findall(r"common_arg\(\s*\{([^}]*)\}", text) for f in re.findall(r'"(-[^"]+)"', group)}
 
 

@@ -25,43 +25,37 @@ def pristine(monkeypatch):
     return original
 
 
-def connected_pair():
+@pytest.fixture
+def client():
+    """The client end of a TCP connection on the loopback (the server end accepted), closed after the test."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
-    client = socket.create_connection(server.getsockname())
+    sock = socket.create_connection(server.getsockname())
     peer, _ = server.accept()
-    return server, client, peer
+    yield sock
+    for s in (server, sock, peer):
+        s.close()
 
 
 def nodelay(sock: socket.socket) -> int:
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
-def test_a_transport_sets_tcp_nodelay_on_its_socket(pristine):
-    server, client, peer = connected_pair()
-    try:
-        assert nodelay(client) == 0  # the kernel's default: Nagle on
-        ssh.tcp_nodelay()
-        ssh.tcp_nodelay()  # idempotent: wrapped once
-        assert paramiko.Transport.__init__.__wrapped__ is pristine
-        t = paramiko.Transport(client)
-        assert nodelay(client) == 1
-        t.close()
-    finally:
-        for s in (server, client, peer):
-            s.close()
+def test_a_transport_sets_tcp_nodelay_on_its_socket(pristine, client):
+    assert nodelay(client) == 0  # the kernel's default: Nagle on
+    ssh.tcp_nodelay()
+    ssh.tcp_nodelay()  # idempotent: wrapped once
+    assert paramiko.Transport.__init__.__wrapped__ is pristine
+    t = paramiko.Transport(client)
+    assert nodelay(client) == 1
+    t.close()
 
 
-def test_without_it_paramiko_leaves_nagle_on(pristine):
-    server, client, peer = connected_pair()
-    try:
-        t = paramiko.Transport(client)
-        assert nodelay(client) == 0
-        t.close()
-    finally:
-        for s in (server, client, peer):
-            s.close()
+def test_without_it_paramiko_leaves_nagle_on(pristine, client):
+    t = paramiko.Transport(client)
+    assert nodelay(client) == 0
+    t.close()
 
 
 def test_the_repositorys_pyinfra_config_switches_it_on(pristine):
