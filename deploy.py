@@ -14,10 +14,12 @@ from roles.llama_cpp.deploy import llama_cpp
 from roles.nvidia_driver.deploy import nvidia_driver
 from roles.preflight import preflight
 from roles.tuning.deploy import tuning
-from roles.vllm.deploy import vllm
+from roles.ray.deploy import ray
+from roles.vllm.deploy import vllm, vllm_venv
 
 # 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver,
-#    the vLLM release vs the host Python, each model vs the GPUs: quantization, dtype, VRAM and KV cache)
+#    the vLLM release vs the host Python, each model vs the GPUs: quantization, dtype, VRAM and KV cache, and the
+#    nodes of a Ray cluster against each other)
 #    are checked from read-only facts. Any refusal stops the deploy on every host before the first change.
 plan = preflight(host)
 
@@ -27,5 +29,7 @@ tuning(plan.settings)                                      # sysctl.d, swapfile,
 nvidia_driver(plan.settings, plan.driver)                  # pinned + held driver, DKMS, nouveau blacklist
 cuda(plan.settings, plan.platform, plan.toolkits)          # CUDA toolkits that can build sm_70
 llama_cpp(plan.settings, plan.llama_cpp)                   # llama.cpp for sm_70 + llama-server@NAME units
-vllm(plan.settings, plan.vllm)                             # hash-locked vLLM venv + vllm@NAME units
+venv = vllm_venv(plan.settings, plan.vllm)                 # hash-locked vLLM venv (Ray runs from it too)
+ray(plan.settings, plan.ray, venv)                         # ray-head / ray-worker of a multi-box cluster
+vllm(plan.settings, plan.vllm, venv)                       # vllm@NAME units (a cluster's: on its head)
 # (a role without configured instances only stops and unconfigures the ones an earlier deploy set up)

@@ -9,6 +9,7 @@ from pathlib import Path
 from pyinfra import logger
 from pyinfra.api.host import Host
 from pyinfra.facts.files import File
+from pyinfra.facts.hardware import Ipv4Addrs
 from pyinfra.facts.server import OsRelease, Sysctl, Users
 
 from roles.base import decide as base
@@ -19,6 +20,7 @@ from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver import decide as nvidia_driver
 from roles.facts import HostTraits
 from roles.nvidia_driver.facts import KernelMetapackages, NvidiaGpus, SecureBoot
+from roles.ray import decide as ray
 from roles.planner import VLLM_CUDA_CONTEXT_BYTES
 from roles.planner.vllm import vllm_graph_bytes
 from roles.platform import Platform, platform_from_os_release
@@ -62,9 +64,10 @@ class HostPlan:
     driver: nvidia_driver.DriverPlan
     toolkits: list[Toolkit]  # default toolkit first
     llama_cpp: llama_cpp.LlamaCppPlan | None  # None: no llama-server instance configured
-    vllm: vllm.VllmPlan | None  # None: no vLLM instance configured
+    vllm: vllm.VllmPlan | None  # None: no vLLM instance configured (and no Ray cluster)
     #: {GPU index: [(unit, bytes it claims or None), ...]} across both engines (roles/engines.py gpu_claims)
     gpu_claims: dict = field(default_factory=dict)
+    ray: ray.RayPlan | None = None  # None: not a node of a Ray cluster
 
 
 def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> HostPlan:
@@ -96,9 +99,12 @@ def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> H
     llama, more = llama_cpp.plan(settings, toolkits, gpus, lambda path: bool(host.get_fact(File, path=path)))
     problems += more
     ports = {i.port: f"llama-server@{n}" for n, i in settings.llama_cpp_instances.items()}
-    python = host.get_fact(PythonVersion, path=settings.vllm_python) if settings.vllm_instances else None
+    cluster, more = ray.plan(settings, host.name, list(host.groups), cluster_nodes(host, settings))
+    problems += more
+    python = host.get_fact(PythonVersion, path=settings.vllm_python) \
+        if settings.vllm_instances or settings.ray_cluster else None
     served, more = vllm.plan(settings, python, gpus, driver.pin.version if driver else None,
-                             lambda path: host.get_fact(HfModelDir, path=path), ports)
+                             lambda path: host.get_fact(HfModelDir, path=path), ports, cluster)
     problems += more
     for line in (w for i in (served.instances if served else ()) for w in i.warnings):
         logger.warning(f"[{host.name}] vllm: {line}")
@@ -106,7 +112,36 @@ def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> H
     problems += shared_gpu_problems(claims, gpu_memory_mib(settings, gpus))
     if problems or driver is None:
         raise SettingsError(host.name, problems)
-    return HostPlan(settings, platform, driver, toolkits, llama, served, claims)
+    return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster)
+
+
+def cluster_nodes(host: Host, settings: Settings) -> list[ray.Node]:
+    """Every host of the host's Ray cluster (the inventory group ray_cluster names, in inventory order) as a
+    ray.Node read with that host's own settings and facts: vLLM release, vllm_python's version, GPU count, the IPv4
+    address of ray_interface. A node outside this run (--limit, unreachable) or with invalid settings is a Node
+    with a problem: a cluster is deployed whole, so that a refusal stops every node. [] without ray_cluster or
+    when no such group exists (ray.plan refuses that)."""
+    if not settings.ray_cluster:
+        return []
+    state = host.state
+    nodes = []
+    for node in state.inventory.get_group(settings.ray_cluster, default=[]):
+        if not state.is_host_in_limit(node) or not node.connected:
+            nodes.append(ray.Node(node.name, problem=problem(
+                "ray_cluster", settings.ray_cluster, f"node {node.name} is not part of this run (outside --limit, "
+                "or unreachable)", "deploy the cluster's hosts together (limit to the group, or to none)")))
+            continue
+        try:
+            own = settings if node is host else load_settings(node.name, node.data.dict())
+        except SettingsError:
+            nodes.append(ray.Node(node.name, problem=problem(
+                "ray_cluster", settings.ray_cluster, f"node {node.name} has invalid settings",
+                f"fix them (its own refusal lists them) before deploying the cluster")))
+            continue
+        addresses = node.get_fact(Ipv4Addrs).get(own.ray_interface or "") or [None]
+        nodes.append(ray.Node(node.name, own.vllm_version, node.get_fact(PythonVersion, path=own.vllm_python),
+                              gpu_count(own, node.get_fact(NvidiaGpus)), addresses[0], ray.ray_settings(own)))
+    return nodes
 
 
 def gpu_claims_of(settings: Settings, gpus: list, llama: llama_cpp.LlamaCppPlan | None,

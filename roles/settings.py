@@ -243,6 +243,24 @@ class Settings(BaseModel):
     vllm_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], VllmInstance] = Field(
         default_factory=dict, description="vLLM servers by name; the role installs vLLM when any is set")
 
+    # -- ray (vLLM across several boxes) ------------------------------------------------------------------
+    ray_cluster: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="inventory group whose hosts form this host's Ray cluster; every vLLM instance of its hosts "
+                    "then spans all of them (pipeline parallel across the nodes, tensor parallel inside each); "
+                    "None: no cluster")
+    ray_head: str | None = Field(
+        None, min_length=1, description="inventory name of the cluster's head host (required with ray_cluster)")
+    ray_interface: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.:@-]{1,15}$",
+        description="network interface between the nodes (required with ray_cluster): its IPv4 address is the "
+                    "node's Ray address; NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME")
+    ray_port: int = Field(
+        6379, ge=1024, le=65000, description="Ray's GCS port on the head; the node manager, object manager, agents "
+                                             "and client server use the next seven (README: firewall)")
+    ray_min_worker_port: int = Field(10002, ge=1024, le=65535, description="first port of Ray's worker processes")
+    ray_max_worker_port: int = Field(10999, ge=1024, le=65535, description="last port of Ray's worker processes")
+
     @field_validator("tuning_sysctl_extra")
     @classmethod
     def _sysctl_keys(cls, v: dict[str, int | str]) -> dict[str, int | str]:

@@ -116,6 +116,11 @@ def vllm_tp_exceeds_gpus(tp: int, n_gpus: int) -> str:
     return f"tensor_parallel_size {tp} needs {tp} GPUs; this host has {n_gpus}"
 
 
+def vllm_pp_stage_without_layers(n_layers: int, pp: int, partition: list[int]) -> str:
+    return (f"pipeline_parallel_size {pp} splits {n_layers} hidden layers as {partition}: a stage without a layer "
+            "(vLLM's get_pp_indices)")
+
+
 def vllm_heads_not_divisible(n_heads: int, tp: int) -> str:
     """vLLM's own wording for this refusal."""
     return f"Total number of attention heads ({n_heads}) must be divisible by tensor parallel size ({tp})"

@@ -90,6 +90,18 @@ VLLM_TP_CANDIDATES = (2, 4, 8)
 _UNKNOWN_MAX_POSITION = 1 << 22
 
 
+def pp_partition(n_layers: int, pp: int) -> list[int]:
+    """Hidden layers per pipeline stage as vLLM splits them (vllm/distributed/utils.py get_pp_indices, 0.8-0.10,
+    without VLLM_PP_LAYER_PARTITION): n_layers // pp each, and the remainder one each to the stages before the last,
+    counted back from the second-to-last. [n_layers] for pp 1. Raises ValueError for pp < 1."""
+    if pp < 1:
+        raise ValueError(f"pipeline parallel size must be at least 1, got {pp}")
+    parts = [n_layers // pp] * pp
+    for i in range(2, n_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
 def vllm_profiled_tokens(max_model_len: int, engine: str = "V0", enable_chunked_prefill: bool | None = None) -> int:
     """max_num_batched_tokens of vLLM's profile run: V1 chunks always; V0 chunks when asked, or by default above a
     32k max_model_len (vllm serve), and otherwise profiles max(max_model_len, 2048) tokens."""
@@ -156,6 +168,7 @@ class _VllmCase:
     enable_chunked_prefill: bool | None = None
     enforce_eager: bool = False
     vllm_version: str | None = None
+    pipeline_parallel: int = 1
 
     @property
     def gpu_bytes(self) -> int:
@@ -186,15 +199,32 @@ def _check_vllm_args(gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, uti
         raise ValueError(f"unknown vLLM engine {engine!r}; known: {', '.join(VLLM_ENGINES)}")
 
 
+def _stage_weight_bytes(model: HfModel, pp: int) -> int:
+    """Weight bytes of the heaviest pipeline stage before tensor parallel: the largest stage's share of the layer
+    weights plus one embedding-sized matrix (vocab x hidden at 2 bytes: the first stage holds the input embedding,
+    the last the output head). With pp 1 the whole model. Taking every byte beyond one embedding as layer weights
+    over-counts a model with untied output weights a little: the side that predicts less KV cache."""
+    if pp == 1:
+        return model.weight_bytes
+    embedding = (model.vocab_size or VLLM_FALLBACK_VOCAB) * (model.hidden_size or model.n_heads * model.head_dim) * 2
+    embedding = min(embedding, model.weight_bytes)
+    largest = max(pp_partition(model.n_layers, pp))
+    return -(-(model.weight_bytes - embedding) * largest // model.n_layers) + embedding
+
+
 def _vllm_case(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,
                kv_cache_dtype: str, max_num_seqs: int, opts: dict) -> _VllmCase:
     # vLLM splits KV heads across TP ranks and replicates them when there are fewer heads than ranks.
     kv_heads_gpu = max(1, model.n_kv_heads // tp)
+    pp = opts.get("pipeline_parallel", 1)
+    # each stage's ranks hold the KV cache of the stage's layers only; vLLM sizes the cache by the smallest block
+    # count over all ranks, that of the stage with the most layers
+    layers = max(pp_partition(model.n_layers, pp)) if pp > 1 else model.n_layers
     return _VllmCase(
         model, gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs,
         budget=int(gpu_mib * MiB * util),
-        kv_tok_gpu=kv_bytes_per_token(model.n_layers, kv_heads_gpu, model.head_dim, kv_cache_dtype),
-        weights=-(-model.weight_bytes // tp),
+        kv_tok_gpu=kv_bytes_per_token(max(1, layers), kv_heads_gpu, model.head_dim, kv_cache_dtype),
+        weights=-(-_stage_weight_bytes(model, pp) // tp),
         non_torch=VLLM_NON_TORCH_BYTES + (VLLM_TP_COMM_BYTES if tp > 1 else 0),
         **opts,
     )
@@ -208,6 +238,8 @@ def _structural_refusals(c: _VllmCase) -> list[str]:
         refused.append(messages.vllm_tp_exceeds_gpus(c.tp, c.n_gpus))
     if model.n_heads % c.tp:
         refused.append(messages.vllm_heads_not_divisible(model.n_heads, c.tp))
+    if c.pipeline_parallel > 1 and min(parts := pp_partition(model.n_layers, c.pipeline_parallel)) == 0:
+        refused.append(messages.vllm_pp_stage_without_layers(model.n_layers, c.pipeline_parallel, parts))
     limit = model.max_model_len_limit
     if limit and c.max_model_len > limit:
         refused.append(messages.vllm_beyond_max_position(c.max_model_len, limit, model.max_position_embeddings))
@@ -236,7 +268,7 @@ def _utilization_refusal(c: _VllmCase) -> str | None:
 
 def _opts(c: _VllmCase) -> dict:
     return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager,
-            "vllm_version": c.vllm_version}
+            "vllm_version": c.vllm_version, "pipeline_parallel": c.pipeline_parallel}
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -273,7 +305,7 @@ def _suggestions(c: _VllmCase, max_ctx: int) -> list[str]:
 def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, max_model_len: int,
               gpu_memory_utilization: float, kv_cache_dtype: str = "auto", max_num_seqs: int = 256, *,
               enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None,
-              vllm_version: str | None = None) -> Plan:
+              vllm_version: str | None = None, pipeline_parallel: int = 1) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
     16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
@@ -290,13 +322,17 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
     gpu_mib: VRAM per GPU in MiB (as torch reports the total); max_model_len, max_num_seqs in tokens/sequences.
     enforce_eager: no CUDA graphs; engine: "V0" or "V1"; enable_chunked_prefill: None for vLLM's default under
     `vllm serve`; vllm_version: the release ("0.8.5.post1"), which decides whether the profile run samples
-    (vllm_samples_in_profile; None: it does). Outcome is "fits" or "does_not_fit". Raises ValueError for non-positive sizes, a utilization outside
-    (0, 1], an unknown kv_cache_dtype or engine.
+    (vllm_samples_in_profile; None: it does). pipeline_parallel: stages (one per node of a Ray cluster), each GPU
+    holding its stage's layers (pp_partition; the heaviest stage plus one embedding matrix) and their KV cache; a
+    stage without a layer is refused. Not calibrated on a pipeline-parallel log (none in the corpus): the terms per
+    GPU are those measured without it. Outcome is "fits" or "does_not_fit". Raises ValueError for non-positive
+    sizes, a utilization outside (0, 1], an unknown kv_cache_dtype or engine.
     """
     return _plan_vllm(model, gpu_mib, n_gpus, tensor_parallel, max_model_len, gpu_memory_utilization,
                       kv_cache_dtype, max_num_seqs, True,
                       {"engine": engine, "enable_chunked_prefill": enable_chunked_prefill,
-                       "enforce_eager": enforce_eager, "vllm_version": vllm_version})
+                       "enforce_eager": enforce_eager, "vllm_version": vllm_version,
+                       "pipeline_parallel": pipeline_parallel})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,
@@ -304,6 +340,7 @@ def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len
     """plan_vllm; `suggest` False plans an alternative without suggesting further ones."""
     opts = opts or {}
     _check_vllm_args(gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs, opts.get("engine", "V0"))
+    _check_positive(pipeline_parallel=opts.get("pipeline_parallel", 1))
     c = _vllm_case(model, gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs, opts)
     compute = c.overhead(max_model_len)
     kv_space = c.budget - c.weights - compute
@@ -330,6 +367,6 @@ def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len
         kv_bytes=kv_one, compute_buffer_bytes=compute, cuda_context_bytes=VLLM_CUDA_CONTEXT_BYTES,
         total_bytes=c.weights + kv_one + compute, context=max_model_len,
         kv_bytes_per_token=kv_bytes_per_token(model.n_layers, model.n_kv_heads, model.head_dim, kv_cache_dtype),
-        layers_offloaded=0, max_context_that_fits=max_ctx, max_weight_bytes=max(0, (c.budget - compute - kv_one) * tp),
+        layers_offloaded=0, max_context_that_fits=max_ctx, max_weight_bytes=max(0, (c.budget - compute - kv_one) * tp * c.pipeline_parallel),
         decode_ceiling_tps=tps, reasons=reasons,
     )

@@ -19,6 +19,7 @@ from roles import planner
 from roles.engines import compute_capability, gpu_count, gpu_memory_mib, network_listener, one_model, port_clashes
 from roles.secrets import read_api_key
 from roles.nvidia_driver.facts import GpuInfo
+from roles.ray.decide import RayPlan
 from roles.settings import Settings, VllmInstance, problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
 from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, QUANT_MIN_CAPABILITY, SOFTCAP_MIN_CAPABILITY,
@@ -61,6 +62,14 @@ class VllmPlan:
     lock_sha256: str  # of its requirement and hash lines (not the generator's header): what is installed
     gpu_visible: bool  # a GPU answers nvidia-smi: start the services now (else they start at boot once one does)
     instances: tuple[Instance, ...]
+    #: the Ray cluster this host is a node of (None: none): every instance spans its nodes, served by the head; a
+    #: worker gets the venv and the model files at the same paths, and no vllm@ unit
+    cluster: RayPlan | None = None
+
+    @property
+    def serves(self) -> bool:
+        """Whether this host runs the vllm@NAME units: yes unless it is a worker of a Ray cluster."""
+        return self.cluster is None or self.cluster.role == "head"
 
     @property
     def venv(self) -> str:
@@ -282,17 +291,17 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
 
 
 def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
-           vllm_version: str | None = None) -> tuple[planner.Plan, list[str]]:
-    """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB: (plan, problems). float32
-    weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile run's
-    sampler counts (None: it does)."""
+           vllm_version: str | None = None, pipeline_parallel: int = 1) -> tuple[planner.Plan, list[str]]:
+    """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
+    float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
+    run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each)."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
         kv = "auto_float32" if kv == "auto" else kv
     mplan = planner.plan_vllm(hf, gpu_mib, n_visible, inst.tensor_parallel_size, inst.max_model_len,
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
-                              engine=engine, vllm_version=vllm_version)
+                              engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel)
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])
@@ -310,6 +319,9 @@ def refusals(key: str, inst: VllmInstance, reasons: list[str]) -> list[str]:
         if r.startswith("max_model_len ") and "derived max model len" in r:
             problems.append(problem(f"{key}.max_model_len", inst.max_model_len, r, "lower max_model_len to the "
                                     "derived length, or use a model whose config.json allows more (rope_scaling)"))
+        elif r.startswith("pipeline_parallel_size"):
+            problems.append(problem("ray_cluster", f"{key}: {r.split(' ')[1]} nodes", r,
+                                    "serve this model on fewer nodes (a smaller group), or a model with more layers"))
         elif r.startswith(("tensor_parallel_size", "Total number of attention heads")):
             problems.append(problem(f"{key}.tensor_parallel_size", inst.tensor_parallel_size, r,
                                     "choose a tensor_parallel_size that divides the attention heads and is at most "
@@ -328,9 +340,10 @@ def refusals(key: str, inst: VllmInstance, reasons: list[str]) -> list[str]:
 
 
 def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease, gpus: list[GpuInfo],
-             host_model: Callable[[str], dict | None]) -> tuple[Instance, list[str]]:
+             host_model: Callable[[str], dict | None], pipeline_parallel: int = 1) -> tuple[Instance, list[str]]:
     """One vllm@NAME: (Instance, problems) for its GPUs, listen address, API key file and model (config.json
-    refusals, then memory when those pass and tensor parallel fits). dtype auto is served as half below 8.0."""
+    refusals, then memory when those pass and tensor parallel fits, per node of `pipeline_parallel` nodes). dtype
+    auto is served as half below 8.0."""
     key = f"vllm_instances.{name}"
     cc, n_gpus = compute_capability(settings, gpus), gpu_count(settings, gpus)
     visible = len(inst.gpus or range(n_gpus))
@@ -349,7 +362,7 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
         problems += (more := model_problems(key, inst, config, cc, rel))
         if not more and inst.tensor_parallel_size <= visible:
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, gpus), visible, rel.engine,
-                                 rel.version)
+                                 rel.version, pipeline_parallel)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()
@@ -357,7 +370,8 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
 
 
 def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], driver_version: str | None,
-         host_model: Callable[[str], dict | None], taken_ports: dict[int, str]) -> tuple[VllmPlan | None, list[str]]:
+         host_model: Callable[[str], dict | None], taken_ports: dict[int, str],
+         cluster: RayPlan | None = None) -> tuple[VllmPlan | None, list[str]]:
     """Resolve release, lock and instances for one host; (None, []) when no vLLM instance is configured.
 
     host_python: "3.11" (PythonVersion fact of vllm_python) or None. gpus: the NvidiaGpus fact. driver_version:
@@ -365,11 +379,13 @@ def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], drive
     used on the host. Checks, before any change: the release is in the table and installable from wheels, the host
     Python has a lock, torch has sm_70 kernels and runs on the driver, and per instance the model's quantization,
     dtype, soft-capping, KV cache dtype, tensor parallel size, GPU indices, the share of each GPU all instances
-    claim, and memory (the planner). Never raises for bad input: returns (plan, problems), the plan None whenever
-    there is a problem.
+    claim, and memory (the planner). cluster: this host's part of a Ray cluster (roles/ray/decide.py): the venv is
+    installed even without an instance (Ray runs from it) and every instance spans the cluster's nodes, one
+    pipeline stage each. Never raises for bad input: returns (plan, problems), the plan None whenever there is a
+    problem.
     """
-    if not settings.vllm_instances:  # nothing to install, but a release that does not exist is still a mistake
-        return None, release(settings)[1]
+    if not settings.vllm_instances and cluster is None:  # nothing to install, but a release that does not exist
+        return None, release(settings)[1]                # is still a mistake
     rel, problems = release(settings)
     if rel is None:
         return None, problems
@@ -382,18 +398,20 @@ def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], drive
     clashes = port_clashes("vllm_instances", ((n, i.port) for n, i in items), lambda n: f"vllm@{n}", taken_ports)
     instances = []
     for name, inst in items:
-        resolved, more = instance(name, inst, settings, rel, gpus, host_model)
+        resolved, more = instance(name, inst, settings, rel, gpus, host_model,
+                                  cluster.pipeline_parallel_size if cluster else 1)
         problems += clashes[name] + more
         instances.append(resolved)
     problems += shared_gpu_problems(settings.vllm_instances, gpu_count(settings, gpus))
     if problems:
         return None, problems
-    return VllmPlan(rel, host_python, lock_path, lock_sha, bool(gpus), tuple(instances)), []
+    return VllmPlan(rel, host_python, lock_path, lock_sha, bool(gpus), tuple(instances), cluster), []
 
 
-def server_args(inst: Instance) -> str:
+def server_args(inst: Instance, cluster: RayPlan | None = None) -> str:
     """The vLLM command line of one instance, shell-quoted (the API key comes from VLLM_API_KEY in the
-    environment)."""
+    environment). On a Ray cluster's head: vLLM's Ray executor with one pipeline stage per node, the instance's
+    tensor parallel size inside each."""
     s = inst.settings
     args = ["--model", inst.model_path, "--served-model-name", s.served_model_name or inst.name,
             "--host", s.listen, "--port", str(s.port), "--dtype", inst.dtype,
@@ -402,13 +420,20 @@ def server_args(inst: Instance) -> str:
             "--kv-cache-dtype", s.kv_cache_dtype]
     if s.enforce_eager:
         args.append("--enforce-eager")
+    if cluster is not None:
+        args += ["--pipeline-parallel-size", str(cluster.pipeline_parallel_size),
+                 "--distributed-executor-backend", "ray"]
     return " ".join(shlex.quote(a) for a in args)
 
 
 def environment(p: VllmPlan, inst: Instance) -> str:
     """The instance's EnvironmentFile text ("KEY=value" lines): VLLM_ARGS, the engine environment of the release,
     CUDA_VISIBLE_DEVICES."""
-    env = {"VLLM_ARGS": server_args(inst), **p.release.environment}
+    env = {"VLLM_ARGS": server_args(inst, p.cluster), **p.release.environment}
     if inst.settings.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.settings.gpus)
+    if p.cluster is not None:  # the driver joins the running cluster (not a new local one) on the cluster network
+        env.update({"RAY_ADDRESS": p.cluster.gcs_address, "VLLM_HOST_IP": p.cluster.node_address,
+                    "NCCL_SOCKET_IFNAME": p.cluster.interface, "GLOO_SOCKET_IFNAME": p.cluster.interface,
+                    "RAY_USAGE_STATS_ENABLED": "0"})
     return "".join(f"{k}={v}\n" for k, v in env.items())

@@ -12,6 +12,7 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
 
+from roles.ray.decide import HEAD_TEMP_DIR as RAY_TEMP_DIR
 from roles.ops import current_link, instance_config, remove_instances, restart_then_run
 from roles.settings import Settings
 from roles.vllm.decide import (CHECK, CONFIG_DIR, CURRENT, INSTALL_FLAGS, STAMP, UV, UV_CACHE, VENV_ROOT, WORK,
@@ -58,16 +59,12 @@ def venv(p: VllmPlan, python: str, lock: str):
     )
 
 
-@deploy("vLLM")
-def vllm(settings: Settings, p: VllmPlan | None) -> None:
-    """Converge the venv and the vllm@NAME instances of `p`; with p None (no instance configured) only stop and
-    unconfigure instances a previous deploy set up (venvs and models stay)."""
-    if p is not None:
-        _install_and_serve(settings, p)
-    remove_instances("vllm", CONFIG_DIR, {i.name for i in p.instances} if p else set())
-
-
-def _install_and_serve(settings: Settings, p: VllmPlan) -> None:
+@deploy("vLLM venv")
+def vllm_venv(settings: Settings, p: VllmPlan | None):
+    """Converge the pinned uv, the hash-locked venv of `p` and /opt/vllm/current (nothing with p None). Returns the
+    /opt/vllm/current operation (None with p None): the services restart when it changed."""
+    if p is None:
+        return None
     user, home = settings.base_service_user, settings.base_service_home
     # Triton compiles a small C launcher at run time: it needs a C compiler and the venv Python's headers
     apt.packages(name="run-time build tools", no_recommends=True,
@@ -81,16 +78,31 @@ def _install_and_serve(settings: Settings, p: VllmPlan) -> None:
     lock = f"{VENV_ROOT}/locks/{Path(p.venv).name}.txt"
     files.put(name=f"lock {p.lock.name}", src=str(p.lock), dest=lock, mode="644")
     venv(name=f"venv {Path(p.venv).name}", p=p, python=settings.vllm_python, lock=lock)
-    link = current_link(name=f"{CURRENT} -> {Path(p.venv).name}", link=CURRENT, target=p.venv)
+    return current_link(name=f"{CURRENT} -> {Path(p.venv).name}", link=CURRENT, target=p.venv)
 
+
+@deploy("vLLM")
+def vllm(settings: Settings, p: VllmPlan | None, link=None) -> None:
+    """Converge the vllm@NAME instances of `p` (restarted when their unit, settings, model or `link`, vllm_venv's
+    operation, changed); with p None (no instance configured) only stop and unconfigure instances a previous
+    deploy set up (venvs and models stay). A Ray cluster's worker gets the model files and no vllm@ unit (the
+    head serves)."""
+    if p is not None:
+        _serve(settings, p, link)
+    remove_instances("vllm", CONFIG_DIR, {i.name for i in p.instances} if p and p.serves else set())
+
+
+def _serve(settings: Settings, p: VllmPlan, link) -> None:
+    user, home = settings.base_service_user, settings.base_service_home
     unit = files.template(
         name="vllm@ unit", src=str(TEMPLATES / "vllm@.service.j2"), dest="/etc/systemd/system/vllm@.service",
-        mode="644", service_user=user, current=CURRENT, home=home, nofile=settings.tuning_nofile_limit)
+        mode="644", service_user=user, current=CURRENT, home=home, nofile=settings.tuning_nofile_limit,
+        ray_temp_dir=RAY_TEMP_DIR if p.cluster else None)
     systemd.daemon_reload(name="systemd reload", _if=unit.did_change)
     files.directory(name="instance configuration", path=CONFIG_DIR, mode="755")
     files.directory(name="models", path=f"{home}/models", user=user, group=user, mode="750")
     for inst in p.instances:
-        changed = [unit, link]
+        changed = [unit] + ([link] if link is not None else [])
         if inst.model_files:
             files.directory(name=f"{inst.name}: model directory", path=inst.model_path, user=user, group=user,
                             mode="750")
@@ -100,6 +112,8 @@ def _install_and_serve(settings: Settings, p: VllmPlan) -> None:
                                     path=f"{inst.model_path}/{Path(rel).parent}", user=user, group=user, mode="750")
                 changed.append(files.put(name=f"{inst.name}: model {rel}", src=src, dest=f"{inst.model_path}/{rel}",
                                          user=user, group=user, mode="640"))
+        if not p.serves:  # a Ray worker: the head's vLLM loads this node's stage from the same path
+            continue
         changed += instance_config(inst.name, CONFIG_DIR, environment(p, inst), "VLLM_API_KEY", inst.api_key)
         service = f"vllm@{inst.name}"
         if p.gpu_visible:

@@ -191,3 +191,41 @@ def plan_commands(os_release: list[str], data: dict | None = None, responses: di
         os.chdir(cwd)
     with ctx_host.use(host):
         return list(host.connector.executed_commands)
+
+
+def plan_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]],
+                 uploads: dict[str, dict[str, bytes]] | None = None) -> dict[str, list[str]]:
+    """Run deploy.py against several fake hosts at once, as pyinfra runs an inventory: `hosts` is
+    {name: (os_release, host data, fake responses)}, `groups` {group: ([host names], group data)}. Returns
+    {name: the commands it would execute}; raises what deploy.py raises for any host (SettingsError) before any
+    command is recorded. `uploads` (optional, filled in): {name: {remote path: content}}."""
+    names = []
+    for name, (os_release, data, responses) in hosts.items():
+        fake = dict(responses or {})
+        fake.setdefault("cat /etc/os-release", os_release)
+        for k, v in BARE_METAL.items():
+            fake.setdefault(k, v)
+        names.append((f"@fake/{name}", {"fake_responses": fake, "fake_delay": 0, "fake_delay_jitter": 0, **data}))
+    inventory = Inventory((names, {}), **{g: ([f"@fake/{n}" for n in members], gdata)
+                                          for g, (members, gdata) in groups.items()})
+    state = State(inventory, Config())
+    state.init(inventory, Config())
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with ctx_state.use(state):
+            connect_all(state)
+            for name in hosts:
+                if uploads is not None:
+                    uploads[name] = {}
+                    _record_uploads(inventory.get_host(f"@fake/{name}"), uploads[name])
+            load_deploy_file(state, str(ROOT / "deploy.py"))
+            run_ops(state)
+    finally:
+        os.chdir(cwd)
+    out = {}
+    for name in hosts:
+        host = inventory.get_host(f"@fake/{name}")
+        with ctx_host.use(host):
+            out[name] = [str(c) for c in host.connector.executed_commands]
+    return out

@@ -1,0 +1,169 @@
+"""Plan-level tests (facts in, commands out) of a Ray cluster of V100 boxes the lab cannot be: Ubuntu 24.04 boxes
+(Python 3.12) with 32 GB V100s answering nvidia-smi, their cluster network on eth1. Every node is a fake host of
+one pyinfra inventory (named @fake/n1, @fake/n2, ...: pyinfra's fake connector), deployed together as pyinfra
+deploys an inventory group."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+
+from lab.data import tiny_hf_model
+from lab.models import N_LAYER
+from roles.settings import SettingsError
+from tests.plan.harness import UBUNTU_2404, plan_cluster
+
+
+def v100s(n: int) -> list[str]:
+    """nvidia-smi --query-gpu rows of n 32 GB V100s (the NvidiaGpus fact's command)."""
+    return [f"{i}, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05" for i in range(n)]
+
+
+def ip_addr(interface: str, address: str) -> list[str]:
+    """`ip -j addr show` output (iproute2's JSON) of lo and one interface with one IPv4 address."""
+    return [json.dumps([
+        {"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP"], "mtu": 65536, "operstate": "UNKNOWN",
+         "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+        {"ifindex": 3, "ifname": interface, "flags": ["BROADCAST", "UP"], "mtu": 9000, "operstate": "UP",
+         "address": "0c:42:a1:00:00:01",
+         "addr_info": [{"family": "inet", "local": address, "prefixlen": 24}]}])]
+
+
+#: Llama-3-70B's config.json (meta-llama/Meta-Llama-3-70B), served from a directory on the host: 141 GB of fp16
+#: weights, more than the VRAM of two nodes of two 32 GB V100s (128 GiB), less than two nodes of four
+LLAMA_70B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
+             "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+             "max_position_embeddings": 8192, "vocab_size": 128256, "torch_dtype": "bfloat16",
+             "rope_theta": 500000.0, "model_type": "llama"}
+LLAMA_70B_BYTES = 141_107_412_992
+
+
+def model_dir(path: str, config: dict, weight_bytes: int) -> dict:
+    """The HfModelDir fact's answer for a model directory on the host."""
+    return {f"test -r {path}/config.json": ["#files", f"{weight_bytes} model.safetensors", "#index", "", "#config",
+                                            json.dumps(config)]}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    """The tiny safetensors model (written under pytest's temporary directory, never into the lab cache)."""
+    return str(tiny_hf_model(tmp_path_factory.mktemp("cache")))
+
+
+def cluster(model: str | None, nodes: int = 2, gpus: int = 2, python: dict | None = None,
+            host_data: dict | None = None, group: dict | None = None, extra: dict | None = None,
+            uploads: dict | None = None) -> dict[str, list[str]]:
+    """Deploy a cluster group `v100s` of `nodes` boxes n1 (head), n2, ... with `gpus` V100s each and the tiny model
+    (or `group`'s own instances); `python`/`host_data`: per-node Python version and host data overrides."""
+    hosts = {}
+    for i in range(1, nodes + 1):
+        name = f"n{i}"
+        responses = {"nvidia-smi --query-gpu": v100s(gpus), "sys.version_info": [(python or {}).get(name, "3.12")],
+                     "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}"), **(extra or {})}
+        hosts[name] = (UBUNTU_2404, (host_data or {}).get(name, {}), responses)
+    data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
+            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": gpus}} if model else {},
+            **(group or {})}
+    return plan_cluster(hosts, {"v100s": ([f"n{i}" for i in range(1, nodes + 1)], data)}, uploads)
+
+
+def env_file(uploads: dict[str, bytes], path: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in uploads[path].decode().splitlines() if line)
+
+
+def test_head_and_worker_units_from_the_locked_venv_with_the_cluster_network(model):
+    uploads: dict = {}
+    cmds = cluster(model, uploads=uploads)
+    head, worker = env_file(uploads["n1"], "/etc/ray/ray.env"), env_file(uploads["n2"], "/etc/ray/ray.env")
+    for env, address in ((head, "10.0.0.1"), (worker, "10.0.0.2")):
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth1"
+        assert env["VLLM_HOST_IP"] == address and f"--node-ip-address={address}" in shlex.split(env["RAY_ARGS"])
+    assert {"--head", "--port=6379", "--include-dashboard=false"} <= set(shlex.split(head["RAY_ARGS"]))
+    assert "--address=10.0.0.1:6379" in shlex.split(worker["RAY_ARGS"]) and "--head" not in worker["RAY_ARGS"]
+    head_unit = uploads["n1"]["/etc/systemd/system/ray-head.service"].decode()
+    worker_unit = uploads["n2"]["/etc/systemd/system/ray-worker.service"].decode()
+    for unit in (head_unit, worker_unit):
+        assert "ExecStart=/opt/vllm/current/bin/ray start --block $RAY_ARGS" in unit
+        assert re.search(r"^User=llm$", unit, re.M) and re.search(r"^Restart=always$", unit, re.M)
+    assert "/dev/tcp/$RAY_HEAD_ADDRESS/$RAY_PORT" in worker_unit  # the worker waits for the head
+    assert "systemctl start ray-head.service" in cmds["n1"] and "systemctl start ray-worker.service" in cmds["n2"]
+    assert not [c for c in cmds["n1"] if "systemctl" in c and "ray-worker" in c]
+    assert not [c for c in cmds["n2"] if "systemctl" in c and "ray-head" in c]
+
+
+def test_head_serves_with_pipeline_parallel_across_the_nodes_and_the_worker_gets_venv_and_model(model):
+    uploads: dict = {}
+    cmds = cluster(model, nodes=2, gpus=2, uploads=uploads)
+    env = env_file(uploads["n1"], "/etc/vllm/big.env")
+    args = shlex.split(env["VLLM_ARGS"])
+    assert args[args.index("--pipeline-parallel-size") + 1] == "2"
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert args[args.index("--distributed-executor-backend") + 1] == "ray"
+    assert env["RAY_ADDRESS"] == "10.0.0.1:6379" and env["VLLM_HOST_IP"] == "10.0.0.1"
+    assert "systemctl start vllm@big.service" in cmds["n1"]
+    unit = uploads["n1"]["/etc/systemd/system/vllm@.service"].decode()
+    assert "ReadWritePaths=/var/lib/ray" in unit and re.search(r"^After=.*ray-head\.service", unit, re.M)
+    # the worker: the same venv install and the model at the same path, no vllm@ unit
+    assert [c for c in cmds["n2"] if "pip install --python" in c]
+    assert "/var/lib/llm/models/big/config.json" in uploads["n2"]
+    assert "/etc/vllm/big.env" not in uploads["n2"] and not [c for c in cmds["n2"] if "vllm@big" in c]
+
+
+@pytest.mark.parametrize("case, kwargs, expect", [
+    ("vLLM release", {"host_data": {"n2": {"vllm_version": "0.10.2"}}},
+     r"vllm_version = \"'0.8.5.post1' on @fake/n1; '0.10.2' on @fake/n2\": the nodes of cluster v100s differ in vLLM release"),
+    ("Python", {"python": {"n2": "3.11"}},
+     r"vllm_python = \"'3.12' on @fake/n1; '3.11' on @fake/n2\": the nodes of cluster v100s differ in Python version"),
+    ("GPU count", {"extra": None}, r"gpu_count = '2 on @fake/n1; 1 on @fake/n2': the nodes of cluster v100s differ in GPU count"),
+    ("interface", {"host_data": {"n2": {"ray_interface": "eth9"}}}, r"node @fake/n2 has no IPv4 address on it"),
+    ("head", {"group": {"ray_head": "n7"}}, r"ray_head = 'n7': not a host of group v100s \(@fake/n1, @fake/n2\)"),
+])
+def test_nodes_that_differ_are_refused_on_every_node_before_any_change(model, case, kwargs, expect):
+    if case == "GPU count":  # n2 has one GPU: its own answer, through host data is not possible; per-host responses
+        with pytest.raises(SettingsError, match=expect):
+            _uneven_gpus(model)
+        return
+    with pytest.raises(SettingsError, match=expect):
+        cluster(model, **kwargs)
+
+
+def _uneven_gpus(model: str) -> None:
+    from tests.plan.harness import plan_cluster as run
+    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(g), "sys.version_info": ["3.12"],
+                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")})
+             for i, g in ((1, 2), (2, 1))}
+    run(hosts, {"v100s": (["n1", "n2"], {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
+                                         "vllm_instances": {"big": {"model_source": model}}})})
+
+
+def test_a_layer_count_pipeline_parallel_cannot_split_is_refused(model):
+    """The tiny model has N_LAYER (2) hidden layers: three nodes would leave a stage without a layer (vLLM's
+    get_pp_indices splits 2 over 3 as [1, 1, 0])."""
+    assert N_LAYER == 2
+    with pytest.raises(SettingsError, match=r"pipeline_parallel_size 3 splits 2 hidden layers as \[1, 1, 0\]"):
+        cluster(model, nodes=3, gpus=1)
+    cluster(model, nodes=2, gpus=1)  # two stages of one layer each: served
+
+
+def test_a_model_that_does_not_fit_per_node_is_refused_and_fits_on_more_gpus_per_node():
+    """Llama-3-70B in fp16 (141 GB) cannot fit two nodes of two 32 GB V100s (4 x 32510 MiB = 127 GiB, less than
+    the weights alone); on two nodes of four (254 GiB) it fits, as pipeline parallel 2 x tensor parallel 4."""
+    path = "/srv/models/llama-3-70b"
+    group = {"vllm_instances": {"big": {"model_path": path, "tensor_parallel_size": 2, "max_model_len": 8192}}}
+    extra = model_dir(path, LLAMA_70B, LLAMA_70B_BYTES)
+    with pytest.raises(SettingsError, match=r"vllm_instances\.big\.max_model_len = 8192: does not fit"):
+        cluster(None, nodes=2, gpus=2, group=group, extra=extra)
+    group["vllm_instances"]["big"]["tensor_parallel_size"] = 4
+    cmds = cluster(None, nodes=2, gpus=4, group=group, extra=extra)
+    assert "systemctl start vllm@big.service" in cmds["n1"]
+
+
+def test_a_node_outside_the_cluster_group_is_not_a_ray_node(model):
+    """A host that is not in the group named by ray_cluster is refused (the setting would otherwise be ignored)."""
+    hosts = {"solo": (UBUNTU_2404, {"ray_cluster": "v100s", "ray_head": "@fake/solo", "ray_interface": "eth1"},
+                      {"ip -j addr show": ip_addr("eth1", "10.0.0.9"), "sys.version_info": ["3.12"]})}
+    with pytest.raises(SettingsError, match=r"ray_cluster = 'v100s': not an inventory group this host belongs to"):
+        plan_cluster(hosts, {})
