@@ -11,7 +11,7 @@ setup-lab:
 	./tools/setup.sh --lab
 
 lab: setup-lab
-	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive" --durations=12
+	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive and not cluster" --durations=12
 
 test: setup-lab
 	.venv/bin/python -m pytest -rs --durations=20

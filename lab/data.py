@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from lab.harness import LAB_CACHE, LAB_STATE, HostSpec, atomic_write, locked
+from lab.harness import LAB_CACHE, LAB_DATA, LAB_INTERFACE, LAB_STATE, HostSpec, Lab, atomic_write, locked
 from lab.models import write_tiny_hf, write_tiny_llama
 from lab.sources import llama_cpp_default_source, sha256_of
 from roles.llama_cpp.versions import DEFAULT_SOURCE
@@ -24,6 +24,27 @@ LLAMA_HOSTS = ("lab-bookworm", "lab-trixie")
 #: has none for it: tests/lab/test_vllm.py checks that refusal). Its port:
 VLLM_HOSTS = ("lab-bookworm",)
 VLLM_PORT = 18091
+
+
+#: The lab's Ray cluster (group raylab): two Debian 12 hosts, the release whose Python 3.11 has wheels for the default
+#: vLLM, each in its own network namespace with its own address, so that Ray's traffic runs between two node
+#: addresses as between real boxes. lab-ray1 is the head. Started by tests/lab/test_ray_cluster.py; their state
+#: (client key, known_hosts) lives beside the bundled hosts', under LAB_STATE/cluster.
+CLUSTER_GROUP = "raylab"
+CLUSTER_HOSTS = (HostSpec("lab-ray1", "bookworm", 22, CLUSTER_GROUP, dict(LAB_DATA), address="10.231.0.11"),
+                 HostSpec("lab-ray2", "bookworm", 22, CLUSTER_GROUP, dict(LAB_DATA), address="10.231.0.12"))
+
+
+def cluster_lab() -> Lab:
+    """The Lab that manages CLUSTER_HOSTS."""
+    return Lab(LAB_STATE / "cluster", LAB_CACHE, hosts=CLUSTER_HOSTS)
+
+
+def cluster_data() -> dict:
+    """The raylab group's settings: the cluster, its head and interface, and the lab's tiny vLLM instance, which
+    then spans both nodes (pipeline parallel 2)."""
+    return {"ray_cluster": CLUSTER_GROUP, "ray_head": CLUSTER_HOSTS[0].name, "ray_interface": LAB_INTERFACE,
+            "vllm_instances": {"tiny": vllm_instance()}}
 
 
 def api_key_file(state: Path = LAB_STATE) -> Path:
@@ -82,4 +103,6 @@ def host_data(spec: HostSpec) -> dict:
         })
     if spec.name in VLLM_HOSTS:
         data["vllm_instances"] = {"tiny": vllm_instance()}
+    if spec.group == CLUSTER_GROUP:
+        data.update(cluster_data())
     return data

@@ -25,7 +25,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -33,6 +35,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import paramiko
 
@@ -113,13 +116,53 @@ def image_sources(suite: str) -> list[str]:
 
 @dataclass(frozen=True)
 class HostSpec:
-    """One bundled lab host: its Debian suite, its sshd loopback port and extra pyinfra host data."""
+    """One lab host: its Debian suite, its sshd port and extra pyinfra host data. With `address` (an IPv4 address
+    in the lab network) the host gets its own network namespace: sshd and its services listen there; it reaches
+    the other namespaced hosts and the control machine's end of the lab bridge, and the package registries only
+    through the lab's registry proxy (lab/proxy.py). Without, it shares the machine's network (sshd on the
+    loopback)."""
 
     name: str
     suite: str
     ssh_port: int
     group: str
     data: dict = field(default_factory=dict)
+    address: str | None = None
+
+    @property
+    def ssh_address(self) -> str:
+        """Where its sshd listens: its namespace address, else the loopback."""
+        return self.address or "127.0.0.1"
+
+    @property
+    def netns(self) -> str:
+        """Its network namespace's name (/run/netns/NAME)."""
+        return f"v100kit-{self.name}"
+
+
+#: The lab network of namespaced hosts: a bridge on the control machine with LAB_BRIDGE_ADDRESS, one veth pair per
+#: host (the inner end LAB_INTERFACE), and the registry proxy on the bridge address. 10.231.0.0/24: a private range
+#: nothing else here uses; no route leaves it (the machine forwards nothing).
+LAB_NET_PREFIX = 24
+LAB_BRIDGE = "v100kit-br0"
+LAB_BRIDGE_ADDRESS = "10.231.0.1"
+LAB_INTERFACE = "lab0"
+PROXY_PORT = 3128
+#: Names the registry proxy forwards besides the Debian archives of MIRROR and SECURITY_MIRROR: PyPI and its files.
+PROXY_ALLOWED = ("pypi.org", "files.pythonhosted.org")
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run iproute2's `ip` with `args`; raises LabError with its message when it fails and `check` is set."""
+    res = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise LabError(f"ip {' '.join(args)}: {res.stderr.strip()}")
+    return res
+
+
+def _outer(s: "HostSpec") -> str:
+    """The control machine's end of the host's veth pair (interface names have at most 15 characters)."""
+    return "vk-" + hashlib.sha256(s.name.encode()).hexdigest()[:8]
 
 
 # Lab settings that differ from the defaults: a small swapfile, and an open-file limit under the ceiling that
@@ -235,8 +278,8 @@ class Lab:
             if not pub.exists():
                 continue
             kt, kb = pub.read_text().split()[:2]
-            known.append(f"[127.0.0.1]:{s.ssh_port} {kt} {kb}")
-            config.append(f"Host {s.name}\n  HostName 127.0.0.1\n  Port {s.ssh_port}\n  User root\n"
+            known.append(f"[{s.ssh_address}]:{s.ssh_port} {kt} {kb}")
+            config.append(f"Host {s.name}\n  HostName {s.ssh_address}\n  Port {s.ssh_port}\n  User root\n"
                           f"  IdentityFile {self.key}\n  UserKnownHostsFile {self.known_hosts}\n"
                           f"  StrictHostKeyChecking yes\n")
         atomic_write(self.known_hosts, "\n".join(known) + "\n")
@@ -263,7 +306,7 @@ class Lab:
                         "-f", str(root / "etc/ssh/ssh_host_ed25519_key")], check=True, stdin=subprocess.DEVNULL)
         (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
         (root / "etc/ssh/sshd_config.d/10-lab.conf").write_text(
-            f"Port {s.ssh_port}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
+            f"Port {s.ssh_port}\nListenAddress {s.ssh_address}\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n")
         ssh_dir = root / "root/.ssh"
         ssh_dir.mkdir(mode=0o700, exist_ok=True)
@@ -283,8 +326,82 @@ class Lab:
             link = root / "etc/systemd/system" / timer
             link.unlink(missing_ok=True)
             link.symlink_to("/dev/null")
+        if s.address:
+            self._behind_proxy(root)
         atomic_write(hdir / "created", time.strftime("%FT%T") + "\n")
         self._write_client_config()
+
+    def _behind_proxy(self, root: Path) -> None:
+        """A namespaced host reaches the registries through the lab's proxy, as a host behind a site proxy does:
+        for its login sessions (pam_env reads /etc/environment: pyinfra's commands, uv, curl) and for apt. The lab
+        addresses bypass it. No name server: names resolve at the proxy, and a lookup here fails at once."""
+        proxy = f"http://{LAB_BRIDGE_ADDRESS}:{PROXY_PORT}"
+        lab = ",".join(["localhost", "127.0.0.1", LAB_BRIDGE_ADDRESS] + [h.address for h in self.hosts if h.address])
+        (root / "etc/environment").write_text(f"http_proxy={proxy}\nhttps_proxy={proxy}\nHTTP_PROXY={proxy}\n"
+                                              f"HTTPS_PROXY={proxy}\nno_proxy={lab}\nNO_PROXY={lab}\n")
+        (root / "etc/apt/apt.conf.d/99lab-proxy").write_text(
+            f'Acquire::http::Proxy "{proxy}";\nAcquire::https::Proxy "{proxy}";\n'
+            'Acquire::http::Pipeline-Depth "0";\n')  # the proxy forwards one request per connection
+        resolv = root / "etc/resolv.conf"
+        resolv.unlink(missing_ok=True)
+        resolv.write_text("options timeout:1 attempts:1\n")
+
+    # -- network of namespaced hosts --------------------------------------------------------------------
+    def network_up(self, s: HostSpec) -> None:
+        """The lab bridge (once), the host's namespace with its veth pair (once), and the registry proxy (once);
+        each step is skipped when already there, so that a host booted again or an interrupted setup converges."""
+        with locked(self.state / "network"):
+            if _ip("link", "show", LAB_BRIDGE, check=False).returncode != 0:
+                _ip("link", "add", LAB_BRIDGE, "type", "bridge")
+                _ip("addr", "add", f"{LAB_BRIDGE_ADDRESS}/{LAB_NET_PREFIX}", "dev", LAB_BRIDGE)
+            _ip("link", "set", LAB_BRIDGE, "up")
+            outer = _outer(s)
+            if not Path(f"/run/netns/{s.netns}").exists():
+                _ip("netns", "add", s.netns)
+            if _ip("-n", s.netns, "link", "show", LAB_INTERFACE, check=False).returncode != 0:
+                _ip("link", "del", outer, check=False)  # the half of a pair whose namespace is gone
+                _ip("link", "add", outer, "type", "veth", "peer", "name", LAB_INTERFACE, "netns", s.netns)
+                _ip("-n", s.netns, "addr", "add", f"{s.address}/{LAB_NET_PREFIX}", "dev", LAB_INTERFACE)
+            _ip("link", "set", outer, "master", LAB_BRIDGE, "up")
+            _ip("-n", s.netns, "link", "set", LAB_INTERFACE, "up")
+            _ip("-n", s.netns, "link", "set", "lo", "up")
+            self._proxy_up()
+
+    def _proxy_pid(self) -> int | None:
+        try:
+            pid = int((self.state / "proxy.pid").read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        return pid if b"lab.proxy" in cmdline else None
+
+    def _proxy_up(self) -> None:
+        if self._proxy_pid() is not None:
+            return
+        allowed = sorted({urlsplit(MIRROR).hostname, urlsplit(SECURITY_MIRROR).hostname, *PROXY_ALLOWED})
+        log = open(self.state / "proxy.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "lab.proxy", LAB_BRIDGE_ADDRESS, str(PROXY_PORT), *allowed],
+                                cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        atomic_write(self.state / "proxy.pid", f"{proc.pid}\n")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until it listens
+            with contextlib.suppress(OSError), socket.create_connection((LAB_BRIDGE_ADDRESS, PROXY_PORT), 1):
+                return
+            time.sleep(0.1)
+        raise LabError(f"the lab's registry proxy did not start; see {self.state / 'proxy.log'}")
+
+    def network_down(self, s: HostSpec) -> None:
+        """Delete the host's namespace (its veth pair goes with it); the bridge and the proxy stop with the last
+        namespaced host of this lab."""
+        with locked(self.state / "network"):
+            if Path(f"/run/netns/{s.netns}").exists():
+                _ip("netns", "del", s.netns, check=False)
+            _ip("link", "del", _outer(s), check=False)
+            if not any(Path(f"/run/netns/{h.netns}").exists() for h in self.hosts if h.address):
+                if (pid := self._proxy_pid()) is not None:
+                    os.kill(pid, signal.SIGTERM)
+                _ip("link", "del", LAB_BRIDGE, check=False)
 
     def pid(self, s: HostSpec) -> int | None:
         """The PID of this host's running systemd-nspawn process, or None (checked against /proc, not trusted)."""
@@ -308,11 +425,15 @@ class Lab:
             ccache = self.cache / "ccache"
             for d in (uv_cache, ccache):
                 d.mkdir(parents=True, exist_ok=True)
+            network = []
+            if s.address:
+                self.network_up(s)
+                network = [f"--network-namespace-path=/run/netns/{s.netns}", "--resolv-conf=off"]
             log = open(self.host_dir(s) / "console.log", "ab")
             proc = subprocess.Popen(
                 ["systemd-nspawn", "-D", str(self.rootfs(s)), "-b", "--register=no", "--keep-unit",
                  "-M", s.name, f"--bind={apt_cache}:/var/cache/apt/archives", f"--bind={uv_cache}:/var/cache/v100kit/uv",
-                 f"--bind={ccache}:/var/cache/v100kit/ccache"],
+                 f"--bind={ccache}:/var/cache/v100kit/ccache", *network],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             atomic_write(self.host_dir(s) / "pid", f"{proc.pid}\n")
             for _ in range(100):  # until the child has exec'd nspawn (its cmdline identifies it)
@@ -330,7 +451,7 @@ class Lab:
         c = paramiko.SSHClient()
         c.load_host_keys(str(self.known_hosts))
         c.set_missing_host_key_policy(paramiko.RejectPolicy())
-        c.connect("127.0.0.1", port=s.ssh_port, username="root", key_filename=str(self.key), timeout=timeout,
+        c.connect(s.ssh_address, port=s.ssh_port, username="root", key_filename=str(self.key), timeout=timeout,
                   allow_agent=False, look_for_keys=False)
         return c
 
@@ -398,13 +519,15 @@ class Lab:
     def destroy(self, s: HostSpec) -> None:
         """Stop the host and delete its root filesystem (images and download caches are kept)."""
         self.stop(s)
+        if s.address:
+            self.network_down(s)
         shutil.rmtree(self.host_dir(s), ignore_errors=True)
         if self.state.exists():  # nothing to rewrite in a lab that was never started
             self._write_client_config()
 
     def status(self) -> list[dict]:
         """One dict per bundled host: name, suite, ssh_port, created, running, pid."""
-        return [{"name": s.name, "suite": s.suite, "ssh_port": s.ssh_port,
+        return [{"name": s.name, "suite": s.suite, "ssh_port": s.ssh_port, "address": s.ssh_address,
                  "created": (self.host_dir(s) / "created").exists(), "running": self.pid(s) is not None,
                  "pid": self.pid(s)} for s in self.hosts]
 
@@ -416,7 +539,7 @@ class Lab:
             if self.pid(s) is None:
                 continue
             data = {
-                "ssh_hostname": "127.0.0.1", "ssh_port": s.ssh_port, "ssh_user": "root",
+                "ssh_hostname": s.ssh_address, "ssh_port": s.ssh_port, "ssh_user": "root",
                 "ssh_key": str(self.key), "ssh_known_hosts_file": str(self.known_hosts),
                 "ssh_strict_host_key_checking": "yes", "ssh_allow_agent": False, "ssh_look_for_keys": False,
                 **host_data(s),

@@ -53,13 +53,14 @@ class DeployRun:
         return sorted(self.op_seconds, key=lambda x: -x[1])[:n]
 
 
-def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ...] = ("deploy.py",)) -> DeployRun:
-    """Run deploy files (deploy.py by default) against the running lab hosts with `pyinfra -y --json`; the output
-    is kept under build/lab-logs/<label>.log."""
+def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ...] = ("deploy.py",),
+           inventory: str = "inventory/lab.py") -> DeployRun:
+    """Run deploy files (deploy.py by default) against the running lab hosts of `inventory` with
+    `pyinfra -y --json`; the output is kept under build/lab-logs/<label>.log."""
     LOGS.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     mode = ["--no-wait"] if NO_WAIT else []
-    proc = subprocess.Popen([PYINFRA, "-y", "--json", *mode, *(extra_args or []), "inventory/lab.py", *files],
+    proc = subprocess.Popen([PYINFRA, "-y", "--json", *mode, *(extra_args or []), inventory, *files],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stamped: list[tuple[float, str]] = []  # stderr lines with the time they arrived: where the deploy's time goes
 

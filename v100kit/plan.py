@@ -43,12 +43,18 @@ def summarize(host, plan: HostPlan) -> dict:
     out["gpus"] = {str(g): {"claims_mib": {u: None if b is None else round(b / MiB) for u, b in users},
                             "total_mib": round(sum(b or 0 for _, b in users) / MiB)}
                    for g, users in sorted(plan.gpu_claims.items())}
+    if plan.ray:
+        r = plan.ray
+        out["ray"] = {"cluster": r.cluster, "role": r.role, "head": r.head, "nodes": list(r.nodes),
+                      "node_address": r.node_address, "gcs_address": r.gcs_address, "interface": r.interface,
+                      "pipeline_parallel_size": r.pipeline_parallel_size}
     if plan.vllm:
         out["vllm"] = {"version": plan.vllm.release.version, "engine": plan.vllm.release.engine,
                        "python": plan.vllm.python, "venv": plan.vllm.venv}
         for inst in plan.vllm.instances:
             out["instances"][f"vllm@{inst.name}"] = {"model": inst.model_path, "dtype": inst.dtype,
-                                                     "plan": _memory(inst.memory), "warnings": list(inst.warnings)}
+                                                     "plan": _memory(inst.memory), "warnings": list(inst.warnings),
+                                                     "served_by": plan.ray.head if plan.ray else None}
     return out
 
 
@@ -61,6 +67,12 @@ def table(results: dict) -> str:
         lines.append(f"== {name}: {r['platform']}, driver {r['driver']}, CUDA {', '.join(r['cuda'])}")
         if r["llama_cpp"]:
             lines.append(f"   llama.cpp {r['llama_cpp']}")
+        if r.get("ray"):
+            c = r["ray"]
+            lines.append(f"   Ray cluster {c['cluster']}: {c['role']} at {c['node_address']} ({c['interface']}), GCS "
+                         f"{c['gcs_address']}; nodes {', '.join(c['nodes'])}: vLLM instances span them (pipeline "
+                         f"parallel {c['pipeline_parallel_size']}" + (", served here)" if c["role"] == "head" else
+                                                                      f", served by {c['head']})"))
         if r["vllm"]:
             v = r["vllm"]
             lines.append(f"   vLLM {v['version']} ({v['engine']} engine, Python {v['python']}) {v['venv']}")
@@ -76,6 +88,8 @@ def table(results: dict) -> str:
             if p is None:
                 lines.append(f"   {inst}: {d['model']}: not planned (the model is not readable before the deploy)")
                 continue
+            if d.get("served_by"):
+                lines.append(f"   {inst}: served by {d['served_by']} across the cluster; per node:")
             if inst.startswith("vllm@"):  # vLLM budgets VRAM x gpu_memory_utilization; the CUDA context is outside
                 lines.append(f"   {inst}: {p['outcome'].upper()} on {p['gpus']} GPU(s), --dtype {d['dtype']}: weights "
                              f"{p['weights_mib']} + KV for one sequence {p['kv_cache_mib']} + activations and "

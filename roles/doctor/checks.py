@@ -66,7 +66,27 @@ def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
         persistenced(f), persistence_mode(f), serious_xids(f),
         *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
         *llama_cpp_build(f.llama_cpp_current, plan), *llama_servers_on_gpu(f, plan), *vllm_venv(f, plan),
+        *ray_node(f, plan),
     ]
+
+
+def ray_node(f: DoctorFacts, plan: HostPlan) -> list[Row]:
+    """A Ray cluster's node: its unit runs, and the cluster lists this node's address as alive ("joined the
+    cluster"); no rows without a cluster."""
+    r = plan.ray
+    if r is None:
+        return []
+    unit = (ok(f"{r.unit} running", f"cluster {r.cluster}, node {r.node_address}") if f.ray_unit_active else
+            broken(f"{r.unit} running", f"{r.unit}.service is not active", f"systemctl start {r.unit} (journalctl -u "
+                   f"{r.unit} says why it stopped), or run deploy.py"))
+    check = f"node {r.node_address} joined cluster {r.cluster}"
+    if f.ray_alive is None:
+        return [unit, broken(check, f"Ray at {r.gcs_address} did not answer", f"start ray-head on {r.head} "
+                             "(and check the cluster network: the README's firewall table)")]
+    if r.node_address not in f.ray_alive:
+        return [unit, broken(check, f"alive nodes: {', '.join(f.ray_alive) or 'none'}",
+                             f"systemctl restart {r.unit}; check that {r.interface} reaches {r.head_address}")]
+    return [unit, ok(check, f"{len(f.ray_alive)} of {len(r.nodes)} nodes alive: {', '.join(f.ray_alive)}")]
 
 
 def driver_versions(pkgs: dict[str, DriverPackage]) -> set[str]:

@@ -20,6 +20,7 @@ from roles.nvidia_driver.decide import BLACKLIST
 from roles.nvidia_driver.facts import (DkmsRow, DkmsStatus, DriverPackage, DriverPackages, GpuInfo, InitramfsLacking,
                                        InstalledKernels, LoadedModuleFlavour, NvidiaGpus, SecureBoot, SecureBootInfo)
 from roles.preflight import HostPlan
+from roles.ray.facts import RayAliveNodes
 from roles.tuning.facts import NoCow, PathFilesystem, SwapHeaderSize, SwapRecord
 
 
@@ -56,6 +57,10 @@ class DoctorFacts:
     vllm_stamped: bool  # the planned venv carries vllm.STAMP (False: no vLLM planned)
     #: {instance name: ServerEvidence of llama-server@NAME}, read only where a GPU is visible ({} otherwise)
     llama_servers: dict[str, dict] = field(default_factory=dict)
+    #: a Ray cluster's node: whether its unit runs (SystemdStatus) and the alive nodes' addresses the cluster lists
+    #: (RayAliveNodes; None: Ray could not be asked); both None without a cluster
+    ray_unit_active: bool | None = None
+    ray_alive: list[str] | None = None
 
 
 def gather(host: Host, plan: HostPlan) -> DoctorFacts:
@@ -93,6 +98,9 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
         vllm_stamped=bool(plan.vllm) and bool(host.get_fact(File, path=f"{plan.vllm.venv}/{vllm.STAMP}")),
         llama_servers={i.name: host.get_fact(ServerEvidence, unit=f"llama-server@{i.name}")
                        for i in plan.llama_cpp.instances} if plan.llama_cpp and gpus else {},
+        ray_unit_active=host.get_fact(SystemdStatus).get(f"{plan.ray.unit}.service") if plan.ray else None,
+        ray_alive=host.get_fact(RayAliveNodes, python=f"{vllm.CURRENT}/bin/python", gcs_address=plan.ray.gcs_address,
+                                user=plan.settings.base_service_user) if plan.ray else None,
     )
 
 

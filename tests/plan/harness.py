@@ -193,12 +193,7 @@ def plan_commands(os_release: list[str], data: dict | None = None, responses: di
         return list(host.connector.executed_commands)
 
 
-def plan_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]],
-                 uploads: dict[str, dict[str, bytes]] | None = None) -> dict[str, list[str]]:
-    """Run deploy.py against several fake hosts at once, as pyinfra runs an inventory: `hosts` is
-    {name: (os_release, host data, fake responses)}, `groups` {group: ([host names], group data)}. Returns
-    {name: the commands it would execute}; raises what deploy.py raises for any host (SettingsError) before any
-    command is recorded. `uploads` (optional, filled in): {name: {remote path: content}}."""
+def _cluster_state(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]]):
     names = []
     for name, (os_release, data, responses) in hosts.items():
         fake = dict(responses or {})
@@ -210,6 +205,35 @@ def plan_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[st
                                           for g, (members, gdata) in groups.items()})
     state = State(inventory, Config())
     state.init(inventory, Config())
+    return state, inventory
+
+
+def preflight_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]],
+                      name: str):
+    """The read-only commands' preflight (plan, doctor: deploying False) of host `name` among the fake `hosts`
+    (as plan_cluster takes them): (its pyinfra Host, its HostPlan)."""
+    from roles.preflight import preflight
+
+    state, inventory = _cluster_state(hosts, groups)
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with ctx_state.use(state):
+            connect_all(state)
+            host = inventory.get_host(f"@fake/{name}")
+            with ctx_host.use(host):
+                return host, preflight(host, deploying=False)
+    finally:
+        os.chdir(cwd)
+
+
+def plan_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]],
+                 uploads: dict[str, dict[str, bytes]] | None = None) -> dict[str, list[str]]:
+    """Run deploy.py against several fake hosts at once, as pyinfra runs an inventory: `hosts` is
+    {name: (os_release, host data, fake responses)}, `groups` {group: ([host names], group data)}. Returns
+    {name: the commands it would execute}; raises what deploy.py raises for any host (SettingsError) before any
+    command is recorded. `uploads` (optional, filled in): {name: {remote path: content}}."""
+    state, inventory = _cluster_state(hosts, groups)
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:

@@ -8,13 +8,16 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from dataclasses import dataclass
 
 import pytest
 
 from lab.data import tiny_hf_model
 from lab.models import N_LAYER
 from roles.settings import SettingsError
-from tests.plan.harness import UBUNTU_2404, plan_cluster
+from roles.doctor.checks import ray_node
+from tests.plan.harness import UBUNTU_2404, plan_cluster, preflight_cluster
+from v100kit.plan import summarize, table
 
 
 def v100s(n: int) -> list[str]:
@@ -53,19 +56,22 @@ def model(tmp_path_factory) -> str:
     return str(tiny_hf_model(tmp_path_factory.mktemp("cache")))
 
 
-def cluster(model: str | None, nodes: int = 2, gpus: int = 2, python: dict | None = None,
+def cluster(model: str | None, nodes: int = 2, gpus: int | dict[str, int] = 2, python: dict | None = None,
             host_data: dict | None = None, group: dict | None = None, extra: dict | None = None,
             uploads: dict | None = None) -> dict[str, list[str]]:
-    """Deploy a cluster group `v100s` of `nodes` boxes n1 (head), n2, ... with `gpus` V100s each and the tiny model
-    (or `group`'s own instances); `python`/`host_data`: per-node Python version and host data overrides."""
+    """Deploy a cluster group `v100s` of `nodes` boxes n1 (head), n2, ... with `gpus` V100s each (or per node) and
+    the tiny model (or `group`'s own instances); `python`/`host_data`: per-node Python version and host data."""
     hosts = {}
+    per_node = gpus if isinstance(gpus, dict) else {f"n{i}": gpus for i in range(1, nodes + 1)}
     for i in range(1, nodes + 1):
         name = f"n{i}"
-        responses = {"nvidia-smi --query-gpu": v100s(gpus), "sys.version_info": [(python or {}).get(name, "3.12")],
+        responses = {"nvidia-smi --query-gpu": v100s(per_node[name]),
+                     "sys.version_info": [(python or {}).get(name, "3.12")],
                      "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}"), **(extra or {})}
         hosts[name] = (UBUNTU_2404, (host_data or {}).get(name, {}), responses)
     data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
-            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": gpus}} if model else {},
+            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": min(per_node.values())}}
+            if model else {},
             **(group or {})}
     return plan_cluster(hosts, {"v100s": ([f"n{i}" for i in range(1, nodes + 1)], data)}, uploads)
 
@@ -117,26 +123,13 @@ def test_head_serves_with_pipeline_parallel_across_the_nodes_and_the_worker_gets
      r"vllm_version = \"'0.8.5.post1' on @fake/n1; '0.10.2' on @fake/n2\": the nodes of cluster v100s differ in vLLM release"),
     ("Python", {"python": {"n2": "3.11"}},
      r"vllm_python = \"'3.12' on @fake/n1; '3.11' on @fake/n2\": the nodes of cluster v100s differ in Python version"),
-    ("GPU count", {"extra": None}, r"gpu_count = '2 on @fake/n1; 1 on @fake/n2': the nodes of cluster v100s differ in GPU count"),
+    ("GPU count", {"gpus": {"n1": 2, "n2": 1}}, r"gpu_count = '2 on @fake/n1; 1 on @fake/n2': the nodes of cluster v100s differ in GPU count"),
     ("interface", {"host_data": {"n2": {"ray_interface": "eth9"}}}, r"node @fake/n2 has no IPv4 address on it"),
     ("head", {"group": {"ray_head": "n7"}}, r"ray_head = 'n7': not a host of group v100s \(@fake/n1, @fake/n2\)"),
 ])
 def test_nodes_that_differ_are_refused_on_every_node_before_any_change(model, case, kwargs, expect):
-    if case == "GPU count":  # n2 has one GPU: its own answer, through host data is not possible; per-host responses
-        with pytest.raises(SettingsError, match=expect):
-            _uneven_gpus(model)
-        return
     with pytest.raises(SettingsError, match=expect):
         cluster(model, **kwargs)
-
-
-def _uneven_gpus(model: str) -> None:
-    from tests.plan.harness import plan_cluster as run
-    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(g), "sys.version_info": ["3.12"],
-                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")})
-             for i, g in ((1, 2), (2, 1))}
-    run(hosts, {"v100s": (["n1", "n2"], {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
-                                         "vllm_instances": {"big": {"model_source": model}}})})
 
 
 def test_a_layer_count_pipeline_parallel_cannot_split_is_refused(model):
@@ -167,3 +160,34 @@ def test_a_node_outside_the_cluster_group_is_not_a_ray_node(model):
                       {"ip -j addr show": ip_addr("eth1", "10.0.0.9"), "sys.version_info": ["3.12"]})}
     with pytest.raises(SettingsError, match=r"ray_cluster = 'v100s': not an inventory group this host belongs to"):
         plan_cluster(hosts, {})
+
+
+def test_plan_and_doctor_know_the_cluster(model):
+    """`v100kit plan`'s summary names the node's role, the GCS address and the pipeline size; the doctor has a
+    'joined the cluster' row per node, broken when the cluster does not list the node's address (as a head that is
+    down answers), ok when it does (Ray's ray.nodes() answer, as RayAliveNodes reads it)."""
+    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(2), "sys.version_info": ["3.12"],
+                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")}) for i in (1, 2)}
+    data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
+            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": 2}}}
+    worker, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n2")
+    out = summarize(worker, plan)
+    assert out["ray"] == {"cluster": "v100s", "role": "worker", "head": "@fake/n1", "nodes": ["@fake/n1", "@fake/n2"],
+                          "node_address": "10.0.0.2", "gcs_address": "10.0.0.1:6379", "interface": "eth1",
+                          "pipeline_parallel_size": 2}
+    assert out["instances"]["vllm@big"]["served_by"] == "@fake/n1"
+    assert "Ray cluster v100s: worker at 10.0.0.2 (eth1), GCS 10.0.0.1:6379" in table({"n2": out})
+
+    rows = ray_node(RayFacts(True, ["10.0.0.1"]), plan)
+    assert [(r.check, r.state) for r in rows] == [("ray-worker running", "ok"),
+                                                  ("node 10.0.0.2 joined cluster v100s", "broken")]
+    assert [r.state for r in ray_node(RayFacts(True, ["10.0.0.1", "10.0.0.2"]), plan)] == ["ok", "ok"]
+    assert [r.state for r in ray_node(RayFacts(False, None), plan)] == ["broken", "broken"]
+
+
+@dataclass
+class RayFacts:
+    """The two DoctorFacts fields ray_node reads."""
+
+    ray_unit_active: bool | None
+    ray_alive: list[str] | None
