@@ -37,7 +37,7 @@ CLUSTER_HOSTS = (HostSpec("lab-ray1", "bookworm", 22, CLUSTER_GROUP, dict(LAB_DA
 
 def cluster_lab() -> Lab:
     """The Lab that manages CLUSTER_HOSTS."""
-    return Lab(LAB_STATE / "cluster", LAB_CACHE, hosts=CLUSTER_HOSTS)
+    return Lab(LAB_STATE / "cluster", LAB_CACHE, hosts=CLUSTER_HOSTS, private_apt=True)
 
 
 def cluster_data() -> dict:

@@ -160,6 +160,17 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return res
 
 
+def _link_debs(src: Path, dest: Path) -> None:
+    """Hard-link every complete .deb of `src` into `dest` that `dest` lacks (a copy across file systems)."""
+    for deb in src.glob("*.deb"):
+        target = dest / deb.name
+        if not target.exists():
+            try:
+                os.link(deb, target)
+            except OSError:
+                shutil.copy2(deb, target)
+
+
 def _outer(s: "HostSpec") -> str:
     """The control machine's end of the host's veth pair (interface names have at most 15 characters)."""
     return "vk-" + hashlib.sha256(s.name.encode()).hexdigest()[:8]
@@ -192,12 +203,17 @@ def spec(name: str) -> HostSpec:
 class Lab:
     """Builds, boots, reboots, stops and destroys the bundled lab hosts."""
 
-    def __init__(self, state: Path = LAB_STATE, cache: Path = LAB_CACHE, hosts: tuple[HostSpec, ...] = HOSTS) -> None:
+    def __init__(self, state: Path = LAB_STATE, cache: Path = LAB_CACHE, hosts: tuple[HostSpec, ...] = HOSTS,
+                 private_apt: bool = False) -> None:
         """`state` and `cache` need not exist (they are made on first use); `hosts` are the specs this lab
-        manages (its ssh_config, known_hosts and inventory list those)."""
+        manages (its ssh_config, known_hosts and inventory list those). `private_apt`: each host gets its own apt
+        archive directory, seeded with hard links to the suite's shared .debs and giving its new ones back when it
+        is destroyed, so that hosts of one suite do not queue on one apt archive lock (a real fleet has one per
+        box); otherwise the hosts of a suite share one directory."""
         self.state = state
         self.cache = cache
         self.hosts = hosts
+        self.private_apt = private_apt
         self.key = state / "id_ed25519"
         self.known_hosts = state / "known_hosts"
         self.ssh_config = state / "ssh_config"
@@ -419,6 +435,8 @@ class Lab:
         if self.pid(s) is None:
             apt_cache = self.cache / "apt" / s.suite
             (apt_cache / "partial").mkdir(parents=True, exist_ok=True)
+            if self.private_apt:
+                apt_cache = self._private_apt(s, apt_cache)
             uv_cache = self.cache / "uv"  # wheels (vLLM, torch: GBs); uv checks every hash, venvs copy out of it
             # the llama.cpp role's compiler cache (CCACHE_DIR): a warm one turns the ~12 min CUDA build into
             # seconds; ccache keys on the compiler and its inputs, so hosts of different suites share it safely
@@ -441,6 +459,13 @@ class Lab:
                     break
                 time.sleep(0.05)
         return self.wait_ready(s)
+
+    def _private_apt(self, s: HostSpec, shared: Path) -> Path:
+        """The host's own apt archive directory, holding every .deb of `shared` (hard links: no copy)."""
+        own = self.host_dir(s) / "apt-archives"
+        (own / "partial").mkdir(parents=True, exist_ok=True)
+        _link_debs(shared, own)
+        return own
 
     def up(self, s: HostSpec) -> str:
         """Create (if needed) and boot one host; returns its boot_id."""
@@ -521,6 +546,9 @@ class Lab:
         self.stop(s)
         if s.address:
             self.network_down(s)
+        if (own := self.host_dir(s) / "apt-archives").is_dir():  # its downloads stay in the suite's cache
+            with contextlib.suppress(OSError):
+                _link_debs(own, self.cache / "apt" / s.suite)
         shutil.rmtree(self.host_dir(s), ignore_errors=True)
         if self.state.exists():  # nothing to rewrite in a lab that was never started
             self._write_client_config()

@@ -8,8 +8,8 @@ for every host) and with --no-wait. Prints a Markdown table; N x the one-host ti
 
     .venv/bin/python tools/fleet_bench.py [N ...] [--modes lockstep,no-wait]
 
-Not run yet (written in session 5, no machine time left). Before its figures mean anything: the hosts share the
-lab's apt archive cache, whose lock serializes their apt runs; give each host its own copy first.
+Each host has its own apt archive directory (Lab's private_apt: hard links to the suite's cached .debs), as each
+box of a real fleet has: one shared directory would make the hosts queue on its lock.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def deploy(inventory: Path, no_wait: bool) -> tuple[float, int, int]:
 def measure(n: int, no_wait: bool) -> dict:
     top = Path(tempfile.mkdtemp(prefix="v100kit-fleet-", dir="/var/tmp"))
     hosts = tuple(HostSpec(f"fleet-{i}", "bookworm", 2300 + i, "debian12", dict(LAB_DATA)) for i in range(1, n + 1))
-    lab = Lab(top / "state", LAB_CACHE, hosts=hosts)
+    lab = Lab(top / "state", LAB_CACHE, hosts=hosts, private_apt=True)
     try:
         t0 = time.monotonic()
         with ThreadPoolExecutor(n) as pool:

@@ -123,10 +123,13 @@ class HostControl:
                          f"sleep 0.25; done; kill -9 -- -{p} {p} 2>/dev/null; true")
 
 
-def _roofline(i: InstanceBench, memory, gpu_name: str | None, engine: str, tp: int, load: Load) -> dict | None:
+def _roofline(i: InstanceBench, memory, gpu_name: str | None, engine: str, tp: int, load: Load,
+              pp: int = 1) -> dict | None:
     """The roofline figures of one measured instance (None without a plan, a known GPU or a decode speed).
     llama.cpp splits layers across GPUs, read one after another: all weights count against one GPU's bandwidth.
-    vLLM's tensor parallel reads each GPU's share at once: one GPU's weights and its share of the KV cache."""
+    vLLM's tensor parallel reads each GPU's share at once: one GPU's weights and its share of the KV cache; its
+    pipeline stages (`pp`, the nodes of a Ray cluster) run one after another for each token: each stage's share
+    counts in turn (the planner's heaviest stage, pp times: an upper bound on the bytes)."""
     bw = roofline.bandwidth(gpu_name or "")
     c1 = i.at(1)
     if memory is None or bw is None or not i.decode_tps or c1 is None:
@@ -135,7 +138,7 @@ def _roofline(i: InstanceBench, memory, gpu_name: str | None, engine: str, tp: i
     if engine == "llama.cpp":
         weights, kv = memory.weight_bytes * memory.n_gpus, memory.kv_bytes_per_token
     else:
-        weights, kv = memory.weight_bytes, memory.kv_bytes_per_token / tp
+        weights, kv = memory.weight_bytes * pp, memory.kv_bytes_per_token / tp
     per_token = roofline.bytes_per_token(weights, kv, context)
     return {"gpu": gpu_name, "table_row": bw.gpu, "bandwidth_gb_s": bw.bytes_per_s / 1e9, "source": bw.source,
             "context_tokens": context, "bytes_per_token": per_token,
@@ -191,7 +194,8 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
         if failed:
             i.flags.append(f"{failed} requests failed: {'; '.join(e for lv in i.levels for e in lv.errors)[:200]}")
         gpu = next((g["name"] for g in gpus if g["index"] == (s.gpus[0] if s.gpus else 0)), None)
-        i.roofline = _roofline(i, inst.memory, gpu, engine, tp, load)
+        pp = plan.ray.pipeline_parallel_size if plan.ray and engine == "vllm" else 1
+        i.roofline = _roofline(i, inst.memory, gpu, engine, tp, load, pp)
         if do_sweep and engine == "llama.cpp":
             _sweep(host, plan, inst, i, url)
     finally:
@@ -219,9 +223,10 @@ def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str) -> None:
 
 
 def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False) -> list[InstanceBench]:
-    """Every llama-server@ and vllm@ instance of one host, in unit order."""
+    """Every llama-server@ and vllm@ instance of one host, in unit order. A Ray cluster's instances are measured
+    at their endpoint on the head only (a worker serves none)."""
     instances = ([("llama.cpp", x) for x in plan.llama_cpp.instances] if plan.llama_cpp else []) + \
-                ([("vllm", x) for x in plan.vllm.instances] if plan.vllm else [])
+                ([("vllm", x) for x in plan.vllm.instances] if plan.vllm and plan.vllm.serves else [])
     out = []
     for engine, inst in instances:
         try:

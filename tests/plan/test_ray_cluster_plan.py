@@ -191,3 +191,19 @@ class RayFacts:
 
     ray_unit_active: bool | None
     ray_alive: list[str] | None
+
+
+def test_bench_measures_the_cluster_instance_on_the_head_only(model):
+    """`v100kit bench` on a worker measures nothing (the head serves the cluster's instances); on the head it
+    measures vllm@big (here: found not running, the fake host runs nothing)."""
+    from v100kit.bench import bench_host
+
+    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(2), "sys.version_info": ["3.12"],
+                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")}) for i in (1, 2)}
+    data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
+            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": 2}}}
+    worker, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n2")
+    assert bench_host(worker, plan) == []
+    head, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n1")
+    measured = bench_host(head, plan)
+    assert [(i.unit, i.running) for i in measured] == [("vllm@big", False)]
