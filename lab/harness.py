@@ -294,7 +294,9 @@ class Lab:
             if not pub.exists():
                 continue
             kt, kb = pub.read_text().split()[:2]
-            known.append(f"[{s.ssh_address}]:{s.ssh_port} {kt} {kb}")
+            # OpenSSH's and paramiko's known_hosts name: host alone on port 22, [host]:port otherwise
+            name = s.ssh_address if s.ssh_port == 22 else f"[{s.ssh_address}]:{s.ssh_port}"
+            known.append(f"{name} {kt} {kb}")
             config.append(f"Host {s.name}\n  HostName {s.ssh_address}\n  Port {s.ssh_port}\n  User root\n"
                           f"  IdentityFile {self.key}\n  UserKnownHostsFile {self.known_hosts}\n"
                           f"  StrictHostKeyChecking yes\n")

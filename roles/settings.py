@@ -200,6 +200,10 @@ class Settings(BaseModel):
         None, min_length=1, description="toolkits to install side by side; None: the source's default for the OS")
     cuda_default_version: CudaVersion | None = Field(
         None, description="toolkit that /usr/local/cuda and login shells use; None: the first of cuda_versions")
+    cuda_nvidia_repo_url: str = Field(
+        "https://developer.download.nvidia.com/compute/cuda/repos/", pattern=r"^https?://[^\s/]+(/\S*)?/$",
+        description="root of NVIDIA's CUDA repository, or of a mirror of it (ends in '/'; the OS directory such as "
+                    "ubuntu2204/x86_64/ is appended); the signing key's fingerprint is checked whatever the source")
     cuda_allow_minor_version_compat: bool = Field(
         False, description="allow a toolkit newer than the driver through CUDA minor-version compatibility")
 
@@ -238,6 +242,14 @@ class Settings(BaseModel):
                     "0.10.2: V1, also Python 3.13)")
     vllm_python: HostPath = Field(
         "/usr/bin/python3", description="host Python the venv is built on; its version picks the lock file")
+    vllm_index_url: str = Field(
+        "https://pypi.org/simple", pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="PyPI simple index the venv's wheels come from, or a mirror of it (uv --index-url); every "
+                    "wheel's sha256 in the lock is still required, so a mirror cannot change what is installed")
+    vllm_uv_wheel_url: str | None = Field(
+        None, pattern=r"^https?://\S+\.whl$",
+        description="URL of the pinned uv wheel (uv 0.13.8, manylinux x86_64) on a mirror; None: PyPI's file; its "
+                    "pinned sha256 is checked whatever the source")
     vllm_lock_dir: str | None = Field(
         None, description="control-machine directory of lock files; None: files/vllm (tools/lock_vllm.py)")
     vllm_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], VllmInstance] = Field(

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from roles.cuda.decide import source_for as cuda_source_for
-from roles.cuda.versions import NVIDIA_REPO_URL, NVIDIA_REPOS
+from roles.cuda.decide import nvidia_repo_url
+from roles.cuda.versions import NVIDIA_REPOS
 from roles.platform import Platform
 from roles.settings import Settings, problem
 
@@ -77,7 +78,7 @@ def managed_repositories(settings: Settings, platform: Platform) -> list[tuple[s
     repos = [(settings.base_apt_mirror or mirror, suites), (security, (f"{platform.codename}-security",))]
     uses_nvidia = settings.nvidia_driver_source == "nvidia" or cuda_source_for(settings, platform) == "nvidia"
     if uses_nvidia and platform.id in NVIDIA_REPOS:
-        repos.append((NVIDIA_REPO_URL.format(repo=NVIDIA_REPOS[platform.id]), ("/",)))
+        repos.append((nvidia_repo_url(settings, platform), ("/",)))
     return repos
 
 

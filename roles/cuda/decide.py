@@ -3,7 +3,7 @@ are imported here. Sources of the rules: docs/volta.md §1 (minimum driver per t
 
 from __future__ import annotations
 
-from roles.cuda.versions import DISTRO_TOOLKITS, NVIDIA_TOOLKITS, Toolkit
+from roles.cuda.versions import DISTRO_TOOLKITS, NVIDIA_REPOS, NVIDIA_TOOLKITS, Toolkit
 from roles.nvidia_driver.versions import DriverPin
 from roles.platform import Platform
 from roles.settings import Settings, problem
@@ -13,6 +13,12 @@ from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, LAST_CUDA
 def source_for(settings: Settings, platform: Platform) -> str:
     """cuda_source, or its per-OS default: distro on Debian, nvidia on Ubuntu."""
     return settings.cuda_source or ("distro" if platform.family == "debian" else "nvidia")
+
+
+def nvidia_repo_url(settings: Settings, platform: Platform) -> str:
+    """The URL of NVIDIA's CUDA repository for this platform under cuda_nvidia_repo_url (NVIDIA's own, or a mirror):
+    ROOT/<os directory>/x86_64/. Raises KeyError for a platform NVIDIA has no repository for (NVIDIA_REPOS)."""
+    return f"{settings.cuda_nvidia_repo_url}{NVIDIA_REPOS[platform.id]}/x86_64/"
 
 
 def available(source: str, platform: Platform) -> list[Toolkit]:

@@ -13,7 +13,8 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import apt, files, server
 
 from roles.base.deploy import update_if_stale
-from roles.cuda.versions import NVIDIA_REPO_KEY_FINGERPRINT, NVIDIA_REPO_URL, NVIDIA_REPOS, Toolkit
+from roles.cuda.decide import nvidia_repo_url
+from roles.cuda.versions import NVIDIA_REPO_KEY_FINGERPRINT, Toolkit
 from roles.platform import Platform
 from roles.settings import Settings
 
@@ -47,7 +48,7 @@ def cuda(settings: Settings, platform: Platform, toolkits: list[Toolkit]) -> Non
     """Install `toolkits` (from plan(), default first); where the default has a CUDA_HOME, make it /usr/local/cuda
     for login shells and the loader."""
     if any(t.source == "nvidia" for t in toolkits):
-        url = NVIDIA_REPO_URL.format(repo=NVIDIA_REPOS[platform.id])
+        url = nvidia_repo_url(settings, platform)  # NVIDIA's, or a mirror: the key's fingerprint is checked alike
         nvidia_repo_key(name="NVIDIA repository key (fingerprint checked)", url=url)
         files.template(name="NVIDIA CUDA repository", src=str(TEMPLATES / "cuda.sources.j2"),
                        dest="/etc/apt/sources.list.d/v100kit-cuda.sources", mode="644", url=url, keyring=KEYRING)

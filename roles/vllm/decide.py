@@ -34,6 +34,16 @@ INDEX_URL = "https://pypi.org/simple"
 #: How a lock is installed; part of the venv's name, so that a change here installs a new venv beside the old one.
 INSTALL_FLAGS = ("--require-hashes", "--no-deps", "--only-binary", ":all:", "--compile-bytecode", "--index-url",
                  INDEX_URL)
+
+
+def install_flags(index_url: str) -> tuple[str, ...]:
+    """INSTALL_FLAGS with vllm_index_url as the index: the venv is still named by INSTALL_FLAGS (PyPI's index),
+    because --require-hashes makes a mirror install exactly the same files."""
+    flags = list(INSTALL_FLAGS)
+    flags[flags.index("--index-url") + 1] = index_url
+    return tuple(flags)
+
+
 STAMP = ".v100kit-venv.json"
 CHECK = f"{VENV_ROOT}/check_venv.py"
 CONFIG_DIR = "/etc/vllm"

@@ -15,8 +15,8 @@ from pyinfra.operations import apt, files, systemd
 from roles.ray.decide import HEAD_TEMP_DIR as RAY_TEMP_DIR
 from roles.ops import current_link, instance_config, remove_instances, restart_then_run
 from roles.settings import Settings
-from roles.vllm.decide import (CHECK, CONFIG_DIR, CURRENT, INSTALL_FLAGS, STAMP, UV, UV_CACHE, VENV_ROOT, WORK,
-                               VllmPlan, environment)
+from roles.vllm.decide import (CHECK, CONFIG_DIR, CURRENT, INDEX_URL, STAMP, UV, UV_CACHE, VENV_ROOT, WORK, VllmPlan,
+                               environment, install_flags)
 from roles.vllm.versions import UV_VERSION, UV_WHEEL_SHA256, UV_WHEEL_URL
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -34,13 +34,13 @@ def uv_binary(wheel: str, python: str):
 
 
 @operation()
-def venv(p: VllmPlan, python: str, lock: str):
+def venv(p: VllmPlan, python: str, lock: str, index_url: str = INDEX_URL):
     """Install p.venv from `lock` (on the host) unless it is there and stamped.
 
     uv creates the venv on `python` and installs exactly the locked wheels (--require-hashes, --no-deps,
     --only-binary :all:), compiled to bytecode (the service user cannot write __pycache__ under /opt); then
     `uv pip check` and check_venv.py (vLLM version, sm_70 in torch) must pass before the stamp is written. Any
-    failure removes this half-made venv only."""
+    failure removes this half-made venv only. `index_url`: PyPI's simple index or a mirror (install_flags)."""
     if host.get_fact(File, path=f"{p.venv}/{STAMP}"):
         return
     log = f"{WORK}/install-{Path(p.venv).name}.log"
@@ -51,7 +51,7 @@ def venv(p: VllmPlan, python: str, lock: str):
         f"export UV_CACHE_DIR={UV_CACHE} UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never UV_NO_CONFIG=1 "
         "UV_SYSTEM_CERTS=1; "  # the host's CA store: a TLS-inspecting proxy's CA (base_ca_certificates) works
         f"{UV} venv --quiet --python {shlex.quote(python)} {p.venv} > {log} 2>&1 || {fail}; "
-        f"{UV} pip install --python {p.venv}/bin/python {' '.join(shlex.quote(a) for a in INSTALL_FLAGS)} "
+        f"{UV} pip install --python {p.venv}/bin/python {' '.join(shlex.quote(a) for a in install_flags(index_url))} "
         f"-r {lock} >> {log} 2>&1 || {fail}; "
         f"{UV} pip check --python {p.venv}/bin/python >> {log} 2>&1 || {fail}; "
         f"{p.venv}/bin/python {CHECK} {p.release.version} >> {log} 2>&1 || {fail}; "
@@ -71,13 +71,15 @@ def vllm_venv(settings: Settings, p: VllmPlan | None):
                  packages=["gcc", "libc6-dev", f"python{p.python}-dev"])
     files.directory(name="vLLM work area", path=WORK, mode="700")
     wheel = f"{WORK}/uv-{UV_VERSION}.whl"
-    files.download(name=f"uv {UV_VERSION} wheel", src=UV_WHEEL_URL, dest=wheel, sha256sum=UV_WHEEL_SHA256, mode="600")
+    files.download(name=f"uv {UV_VERSION} wheel", src=settings.vllm_uv_wheel_url or UV_WHEEL_URL, dest=wheel,
+                   sha256sum=UV_WHEEL_SHA256, mode="600")  # a mirror's file is checked against the same pin
     uv_binary(name=f"uv {UV_VERSION}", wheel=wheel, python=settings.vllm_python)
     files.directory(name="venv root", path=f"{VENV_ROOT}/locks", mode="755")
     files.put(name="venv check script", src=str(Path(__file__).parent / "check_venv.py"), dest=CHECK, mode="644")
     lock = f"{VENV_ROOT}/locks/{Path(p.venv).name}.txt"
     files.put(name=f"lock {p.lock.name}", src=str(p.lock), dest=lock, mode="644")
-    venv(name=f"venv {Path(p.venv).name}", p=p, python=settings.vllm_python, lock=lock)
+    venv(name=f"venv {Path(p.venv).name}", p=p, python=settings.vllm_python, lock=lock,
+         index_url=settings.vllm_index_url)
     return current_link(name=f"{CURRENT} -> {Path(p.venv).name}", link=CURRENT, target=p.venv)
 
 
