@@ -19,6 +19,7 @@ from lab.data import CLUSTER_HOSTS, cluster_lab
 from lab.harness import LAB_BRIDGE_ADDRESS, LAB_NET_PREFIX
 from lab.provision import FRESH_ONLY, REUSED, deploy
 from roles.planner.vllm import pp_partition
+from v100kit.doctor import diagnose_all as doctor
 
 pytestmark = pytest.mark.cluster
 
@@ -141,6 +142,17 @@ def test_multi_node_vllm_unit_is_read_by_vllm_and_condition_skipped_without_gpu(
                             "systemctl show vllm@tiny -p ConditionResult --value")
     assert rc == 0 and out.strip().splitlines()[-2:] == ["enabled", "no"], out
     assert lab.run(WORKER, "test ! -e /etc/vllm/tiny.env && test -s /var/lib/llm/models/tiny/config.json")[0] == 0
+
+
+def test_doctor_has_a_joined_row_per_node(cluster):
+    """`v100kit doctor` on the cluster's inventory: each node's unit runs and the cluster lists it as alive. The
+    node list comes from Ray (the venv's ray.nodes() on each node), against the addresses the lab assigned."""
+    rows = doctor("inventory/lab_cluster.py", None)
+    for s, unit in ((HEAD, "ray-head"), (WORKER, "ray-worker")):
+        got = {r.check: r for r in rows[s.name]}
+        assert got[f"{unit} running"].state == "ok", got[f"{unit} running"]
+        joined = got[f"node {s.address} joined cluster raylab"]
+        assert joined.state == "ok" and f"{HEAD.address}, {WORKER.address}" in joined.evidence, joined
 
 
 @pytest.mark.parametrize("layers, stages", [(2, 2), (32, 3), (80, 3), (61, 4), (28, 5), (3, 4)])
