@@ -6,7 +6,7 @@ of them at once (tests/lab/fresh_deploy.py: apt sources, packages, service user,
 again (no change), then destroys them. Each N is timed twice: in pyinfra's default lockstep (every operation waits
 for every host) and with --no-wait. Prints a Markdown table; N x the one-host time is what a serial deploy costs.
 
-    .venv/bin/python tools/fleet_bench.py [N ...] [--modes lockstep,no-wait]
+    .venv/bin/python tools/fleet_bench.py [N ...] [--modes lockstep,no-wait] [--shared-apt]
 
 Each host has its own apt archive directory (Lab's private_apt: hard links to the suite's cached .debs), as each
 box of a real fleet has: one shared directory would make the hosts queue on its lock.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -38,12 +39,25 @@ debian12 = lab.pyinfra_hosts()["debian12"]
 """
 
 
-def deploy(inventory: Path, no_wait: bool) -> tuple[float, int, int]:
-    """(seconds, exit status, changed operations) of one pyinfra run of base + tuning."""
+def busy_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine so far, in USER_HZ ticks (/proc/stat's first line)."""
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+    return busy, busy + v[3] + v[4]
+
+
+def deploy(inventory: Path, no_wait: bool) -> tuple[float, int, int, float, float]:
+    """(seconds, exit status, changed operations, pyinfra's own CPU seconds, the machine's busy share 0..1) of one
+    pyinfra run of base + tuning. pyinfra's CPU is its process's user + system time (it drives every host from one
+    process); the busy share is that of all cores over the run (the hosts' commands included)."""
     t0 = time.monotonic()
+    before, b0 = resource.getrusage(resource.RUSAGE_CHILDREN), busy_jiffies()
     res = subprocess.run([PYINFRA, "-y", "--json", *(["--no-wait"] if no_wait else []), str(inventory),
                           "tests/lab/fresh_deploy.py"], cwd=ROOT, capture_output=True, text=True)
     seconds = time.monotonic() - t0
+    after, b1 = resource.getrusage(resource.RUSAGE_CHILDREN), busy_jiffies()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    busy = (b1[0] - b0[0]) / max(1, b1[1] - b0[1])
     try:
         ops = json.loads(res.stdout)["results"]["operations"]
         changed = sum(len(op.get("success", [])) for op in ops)
@@ -53,13 +67,13 @@ def deploy(inventory: Path, no_wait: bool) -> tuple[float, int, int]:
     rc = res.returncode or (1 if errors else 0)
     if rc:
         print(res.stderr[-3000:], file=sys.stderr)
-    return seconds, rc, changed
+    return seconds, rc, changed, cpu, busy
 
 
-def measure(n: int, no_wait: bool) -> dict:
+def measure(n: int, no_wait: bool, private_apt: bool = True) -> dict:
     top = Path(tempfile.mkdtemp(prefix="v100kit-fleet-", dir="/var/tmp"))
     hosts = tuple(HostSpec(f"fleet-{i}", "bookworm", 2300 + i, "debian12", dict(LAB_DATA)) for i in range(1, n + 1))
-    lab = Lab(top / "state", LAB_CACHE, hosts=hosts, private_apt=True)
+    lab = Lab(top / "state", LAB_CACHE, hosts=hosts, private_apt=private_apt)
     try:
         t0 = time.monotonic()
         with ThreadPoolExecutor(n) as pool:
@@ -81,20 +95,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("counts", nargs="*", type=int, default=[1, 4, 8])
     ap.add_argument("--modes", default="lockstep,no-wait")
+    ap.add_argument("--shared-apt", action="store_true",
+                    help="one apt archive directory for all hosts (as before; its lock serializes their apt runs)")
     args = ap.parse_args(argv)
     rows = []
     for mode in args.modes.split(","):
         for n in args.counts:
-            r = measure(n, mode == "no-wait")
+            r = measure(n, mode == "no-wait", not args.shared_apt)
             rows.append(r)
-            print(f"{mode} {n} hosts: first {r['first'][0]:.1f} s rc {r['first'][1]} changed {r['first'][2]}; "
-                  f"again {r['again'][0]:.1f} s changed {r['again'][2]}", flush=True)
-    print("\n| mode | hosts | boot (s) | first deploy (s) | x one host | no-op deploy (s) | changed on no-op | rc |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+            print(f"{mode} {n} hosts: first {r['first'][0]:.1f} s rc {r['first'][1]} changed {r['first'][2]} "
+                  f"pyinfra CPU {r['first'][3]:.1f} s busy {r['first'][4]:.0%}; "
+                  f"again {r['again'][0]:.1f} s changed {r['again'][2]} pyinfra CPU {r['again'][3]:.1f} s "
+                  f"busy {r['again'][4]:.0%}", flush=True)
+    print("\n| mode | hosts | boot (s) | first deploy (s) | x one host | pyinfra CPU (s) | machine busy | "
+          "no-op deploy (s) | x one host | pyinfra CPU (s) | machine busy | changed on no-op | rc |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    noop = {r["mode"]: r["again"][0] for r in rows if r["hosts"] == min(args.counts)}
     base = {r["mode"]: r["first"][0] for r in rows if r["hosts"] == min(args.counts)}
     for r in rows:
         print(f"| {r['mode']} | {r['hosts']} | {r['up']:.1f} | {r['first'][0]:.1f} | {r['first'][0] / base[r['mode']]:.2f} "
-              f"| {r['again'][0]:.1f} | {r['again'][2]} | {r['first'][1]}/{r['again'][1]} |")
+              f"| {r['first'][3]:.1f} | {r['first'][4]:.0%} | {r['again'][0]:.1f} | {r['again'][0] / noop[r['mode']]:.2f} "
+              f"| {r['again'][3]:.1f} | {r['again'][4]:.0%} | {r['again'][2]} | {r['first'][1]}/{r['again'][1]} |")
     return 0 if all(r["first"][1] == 0 and r["again"][1] == 0 for r in rows) else 1
 
 
