@@ -194,7 +194,7 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
         if failed:
             i.flags.append(f"{failed} requests failed: {'; '.join(e for lv in i.levels for e in lv.errors)[:200]}")
         gpu = next((g["name"] for g in gpus if g["index"] == (s.gpus[0] if s.gpus else 0)), None)
-        pp = plan.ray.pipeline_parallel_size if plan.ray and engine == "vllm" else 1
+        pp = plan.ray.pipeline_parallel_size if engine == "vllm" and plan is not None and plan.ray else 1
         i.roofline = _roofline(i, inst.memory, gpu, engine, tp, load, pp)
         if do_sweep and engine == "llama.cpp":
             _sweep(host, plan, inst, i, url)

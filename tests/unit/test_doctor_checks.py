@@ -20,7 +20,7 @@ PIN = DriverPin("580.95.05", {"cuda-drivers-580": "580.95.05-1", "nvidia-dkms-58
 TK = Toolkit("12.4", "nvidia", {"cuda-toolkit-12-4": "12.4.1-1"}, "/usr/local/cuda-12.4/bin/nvcc",
              "/usr/local/cuda-12.4", "g++-11")
 PLAN = SimpleNamespace(settings=load_settings("box", {}), platform=SUPPORTED["ubuntu2404"], driver=DriverPlan(PIN, "linux-headers-generic"), toolkits=[TK],
-                       llama_cpp=SimpleNamespace(prefix="/opt/llama.cpp/b1", instances=()), vllm=SimpleNamespace(venv="/v/0.9"))
+                       llama_cpp=SimpleNamespace(prefix="/opt/llama.cpp/b1", instances=()), vllm=SimpleNamespace(venv="/v/0.9"), ray=None)
 PKG = {"version": "580.95.05-1", "source": "nvidia-graphics-drivers-580", "status": "ii"}
 K = "6.8.0-45-generic"
 HEALTHY = DoctorFacts(
