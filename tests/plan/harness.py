@@ -7,6 +7,7 @@ records every command that the real deploy.py would run on it. Nothing is execut
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -193,6 +194,19 @@ def plan_commands(os_release: list[str], data: dict | None = None, responses: di
         return list(host.connector.executed_commands)
 
 
+@contextlib.contextmanager
+def _connected_in_repo(state):
+    """In the repository root (pyinfra reads group_data/ from there) and `state`'s context, its hosts connected."""
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with ctx_state.use(state):
+            connect_all(state)
+            yield
+    finally:
+        os.chdir(cwd)
+
+
 def _cluster_state(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]]):
     names = []
     for name, (os_release, data, responses) in hosts.items():
@@ -215,16 +229,10 @@ def preflight_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: di
     from roles.preflight import preflight
 
     state, inventory = _cluster_state(hosts, groups)
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        with ctx_state.use(state):
-            connect_all(state)
-            host = inventory.get_host(f"@fake/{name}")
-            with ctx_host.use(host):
-                return host, preflight(host, deploying=False)
-    finally:
-        os.chdir(cwd)
+    with _connected_in_repo(state):
+        host = inventory.get_host(f"@fake/{name}")
+        with ctx_host.use(host):
+            return host, preflight(host, deploying=False)
 
 
 def plan_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]],
@@ -234,19 +242,13 @@ def plan_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[st
     {name: the commands it would execute}; raises what deploy.py raises for any host (SettingsError) before any
     command is recorded. `uploads` (optional, filled in): {name: {remote path: content}}."""
     state, inventory = _cluster_state(hosts, groups)
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        with ctx_state.use(state):
-            connect_all(state)
-            for name in hosts:
-                if uploads is not None:
-                    uploads[name] = {}
-                    _record_uploads(inventory.get_host(f"@fake/{name}"), uploads[name])
-            load_deploy_file(state, str(ROOT / "deploy.py"))
-            run_ops(state)
-    finally:
-        os.chdir(cwd)
+    with _connected_in_repo(state):
+        for name in hosts:
+            if uploads is not None:
+                uploads[name] = {}
+                _record_uploads(inventory.get_host(f"@fake/{name}"), uploads[name])
+        load_deploy_file(state, str(ROOT / "deploy.py"))
+        run_ops(state)
     out = {}
     for name in hosts:
         host = inventory.get_host(f"@fake/{name}")
