@@ -46,6 +46,13 @@ def run(args: argparse.Namespace) -> int:
             for s in specs:
                 lab.destroy(s)
                 print(f"{s.name}: destroyed")
+            if not args.hosts:  # and the Ray cluster's hosts, which tests/lab/test_ray_cluster.py starts
+                from lab.data import CLUSTER_HOSTS, cluster_lab
+                cluster = cluster_lab()
+                for s in CLUSTER_HOSTS:
+                    if cluster.host_dir(s).exists():
+                        cluster.destroy(s)
+                        print(f"{s.name}: destroyed")
     except LabError as e:
         print(f"lab: {e}", file=sys.stderr)
         return 1

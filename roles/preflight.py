@@ -99,7 +99,7 @@ def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> H
     llama, more = llama_cpp.plan(settings, toolkits, gpus, lambda path: bool(host.get_fact(File, path=path)))
     problems += more
     ports = {i.port: f"llama-server@{n}" for n, i in settings.llama_cpp_instances.items()}
-    cluster, more = ray.plan(settings, host.name, list(host.groups), cluster_nodes(host, settings))
+    cluster, more = ray.plan(settings, host.name, list(host.groups), cluster_nodes(host, settings, deploying))
     problems += more
     python = host.get_fact(PythonVersion, path=settings.vllm_python) \
         if settings.vllm_instances or settings.ray_cluster else None
@@ -115,18 +115,22 @@ def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> H
     return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster)
 
 
-def cluster_nodes(host: Host, settings: Settings) -> list[ray.Node]:
+def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> list[ray.Node]:
     """Every host of the host's Ray cluster (the inventory group ray_cluster names, in inventory order) as a
     ray.Node read with that host's own settings and facts: vLLM release, vllm_python's version, GPU count, the IPv4
     address of ray_interface. A node outside this run (--limit, unreachable) or with invalid settings is a Node
-    with a problem: a cluster is deployed whole, so that a refusal stops every node. [] without ray_cluster or
-    when no such group exists (ray.plan refuses that)."""
+    with a problem when `deploying` (a cluster is deployed whole, so that a refusal stops every node); for the
+    read-only commands an unreachable node is only marked so (the doctor is wanted most when a node is down). []
+    without ray_cluster or when no such group exists (ray.plan refuses that)."""
     if not settings.ray_cluster:
         return []
     state = host.state
     nodes = []
     for node in state.inventory.get_group(settings.ray_cluster, default=[]):
         if not state.is_host_in_limit(node) or not node.connected:
+            if not deploying:
+                nodes.append(ray.Node(node.name, reachable=False))
+                continue
             nodes.append(ray.Node(node.name, problem=problem(
                 "ray_cluster", settings.ray_cluster, f"node {node.name} is not part of this run (outside --limit, "
                 "or unreachable)", "deploy the cluster's hosts together (limit to the group, or to none)")))
@@ -140,7 +144,8 @@ def cluster_nodes(host: Host, settings: Settings) -> list[ray.Node]:
             continue
         addresses = node.get_fact(Ipv4Addrs).get(own.ray_interface or "") or [None]
         nodes.append(ray.Node(node.name, own.vllm_version, node.get_fact(PythonVersion, path=own.vllm_python),
-                              gpu_count(own, node.get_fact(NvidiaGpus)), addresses[0], ray.ray_settings(own)))
+                              gpu_count(own, node.get_fact(NvidiaGpus)), addresses[0], ray.ray_settings(own),
+                              instances=ray.cluster_instances(own)))
     return nodes
 
 

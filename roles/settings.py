@@ -201,7 +201,7 @@ class Settings(BaseModel):
     cuda_default_version: CudaVersion | None = Field(
         None, description="toolkit that /usr/local/cuda and login shells use; None: the first of cuda_versions")
     cuda_nvidia_repo_url: str = Field(
-        "https://developer.download.nvidia.com/compute/cuda/repos/", pattern=r"^https?://[^\s/]+(/\S*)?/$",
+        "https://developer.download.nvidia.com/compute/cuda/repos/", pattern=r"^https?://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~%+-]+)*/$",
         description="root of NVIDIA's CUDA repository, or of a mirror of it (ends in '/'; the OS directory such as "
                     "ubuntu2204/x86_64/ is appended); the signing key's fingerprint is checked whatever the source")
     cuda_allow_minor_version_compat: bool = Field(
@@ -268,8 +268,8 @@ class Settings(BaseModel):
         description="network interface between the nodes (required with ray_cluster): its IPv4 address is the "
                     "node's Ray address; NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME")
     ray_port: int = Field(
-        6379, ge=1024, le=65000, description="Ray's GCS port on the head; the node manager, object manager, agents "
-                                             "and client server use the next seven (README: firewall)")
+        6379, ge=1024, le=65000, description="Ray's GCS port on the head; the node manager, object manager and agents "
+                                             "use the next six on every node (README: firewall)")
     ray_min_worker_port: int = Field(10002, ge=1024, le=65535, description="first port of Ray's worker processes")
     ray_max_worker_port: int = Field(10999, ge=1024, le=65535, description="last port of Ray's worker processes")
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 from io import StringIO
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def nvidia_repo_key(url: str):
                                            "awk -F: '$1==\"fpr\"{print $10; exit}'")
     if (have or "").strip() == NVIDIA_REPO_KEY_FINGERPRINT:
         return
-    yield (f"set -e; t=$(mktemp); curl -fsSL {url}3bf863cc.pub -o $t; "
+    yield (f"set -e; t=$(mktemp); curl -fsSL {shlex.quote(url + '3bf863cc.pub')} -o $t; "
            f"f=$(gpg --show-keys --with-colons $t | awk -F: '$1==\"fpr\"{{print $10; exit}}'); "
            f"if [ \"$f\" != {NVIDIA_REPO_KEY_FINGERPRINT} ]; then echo \"NVIDIA repo key fingerprint $f is not the "
            f"pinned {NVIDIA_REPO_KEY_FINGERPRINT}\" >&2; rm -f $t; exit 1; fi; "

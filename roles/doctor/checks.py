@@ -80,6 +80,9 @@ def ray_node(f: DoctorFacts, plan: HostPlan) -> list[Row]:
             broken(f"{r.unit} running", f"{r.unit}.service is not active", f"systemctl start {r.unit} (journalctl -u "
                    f"{r.unit} says why it stopped), or run deploy.py"))
     check = f"node {r.node_address} joined cluster {r.cluster}"
+    if not r.head_address:
+        return [unit, broken(check, f"the head {r.head} cannot be reached from here", f"bring {r.head} back (its "
+                             "own doctor run says what is wrong there)")]
     if f.ray_alive is None:
         return [unit, broken(check, f"Ray at {r.gcs_address} did not answer", f"start ray-head on {r.head} "
                              "(and check the cluster network: the README's firewall table)")]

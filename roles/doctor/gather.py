@@ -100,7 +100,7 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
                        for i in plan.llama_cpp.instances} if plan.llama_cpp and gpus else {},
         ray_unit_active=host.get_fact(SystemdStatus).get(f"{plan.ray.unit}.service") if plan.ray else None,
         ray_alive=host.get_fact(RayAliveNodes, python=f"{vllm.CURRENT}/bin/python", gcs_address=plan.ray.gcs_address,
-                                user=plan.settings.base_service_user) if plan.ray else None,
+                                user=plan.settings.base_service_user) if plan.ray and plan.ray.head_address else None,
     )
 
 

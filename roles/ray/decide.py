@@ -11,6 +11,8 @@ of GPUs in each node, and the pipeline parallel size to the number of nodes").
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import shlex
 from dataclasses import dataclass
 
@@ -24,10 +26,13 @@ ENV_FILE = f"{CONFIG_DIR}/ray.env"
 HEAD_TEMP_DIR = "/var/lib/ray"
 UNITS = ("ray-head", "ray-worker")
 #: `ray start` port options fixed at ray_port + offset, so that a firewall can name every port (README: firewall).
-#: Ray's defaults for these are random ports. --ray-client-server-port is the head's only.
+#: Ray's defaults for these are random ports. The Ray client server is left at Ray's default (10001 on the head, and
+#: only where the venv has grpcio: the 0.10.2 locks have none, and Ray refuses an explicit client port without it).
 PORT_OFFSETS = {"--node-manager-port": 1, "--object-manager-port": 2, "--metrics-export-port": 3,
                 "--dashboard-agent-grpc-port": 4, "--dashboard-agent-listen-port": 5,
-                "--runtime-env-agent-port": 6, "--ray-client-server-port": 7}
+                "--runtime-env-agent-port": 6}
+#: Ray's own default port of its client server on the head (started when grpcio is installed).
+RAY_CLIENT_PORT = 10001
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,13 @@ class Node:
     address: str | None = None
     ray: tuple = ()  # (ray_cluster, ray_head, ray_interface, ray_port, ray_min_worker_port, ray_max_worker_port)
     problem: str | None = None
+    instances: str = ""  # the node's vllm_instances settings as canonical JSON (cluster_instances)
+    reachable: bool = True  # False: not read (only the read-only commands keep such a node), nothing compared
+
+
+def cluster_instances(settings: Settings) -> str:
+    """The vllm_instances settings as canonical JSON: every node of a cluster must have the same."""
+    return json.dumps({n: i.model_dump() for n, i in settings.vllm_instances.items()}, sort_keys=True)
 
 
 def ray_settings(settings: Settings) -> tuple:
@@ -64,7 +76,7 @@ class RayPlan:
     role: str  # "head" or "worker"
     nodes: tuple[str, ...]  # inventory names, head first
     node_address: str
-    head_address: str
+    head_address: str  # "" where the head could not be read (the read-only commands only)
     interface: str
     port: int
     min_worker_port: int
@@ -92,8 +104,7 @@ class RayPlan:
             if self.role == "head" else [f"--address={self.gcs_address}"]
         args += [f"--node-ip-address={self.node_address}", "--disable-usage-stats",
                  f"--min-worker-port={self.min_worker_port}", f"--max-worker-port={self.max_worker_port}"]
-        args += [f"{opt}={self.port + off}" for opt, off in PORT_OFFSETS.items()
-                 if self.role == "head" or opt != "--ray-client-server-port"]
+        args += [f"{opt}={self.port + off}" for opt, off in PORT_OFFSETS.items()]
         return args
 
     def environment(self) -> dict[str, str]:
@@ -101,15 +112,23 @@ class RayPlan:
         NCCL and Gloo, vLLM's idea of this node's address (VLLM_HOST_IP; without it vLLM guesses it from a route to
         8.8.8.8, which a cluster-only network does not have), no usage reporting, and RAY_ARGS."""
         return {"RAY_ARGS": " ".join(shlex.quote(a) for a in self.start_args()),
-                "RAY_HEAD_ADDRESS": self.head_address, "RAY_PORT": str(self.port),
-                "NCCL_SOCKET_IFNAME": self.interface, "GLOO_SOCKET_IFNAME": self.interface,
+                # "=NAME": NCCL matches exactly (a bare NAME is a prefix: eth1 would also take eth10)
+                "NCCL_SOCKET_IFNAME": f"={self.interface}", "GLOO_SOCKET_IFNAME": self.interface,
                 "VLLM_HOST_IP": self.node_address, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def ray_ports(settings: Settings) -> list[int]:
+    """Every TCP port Ray listens on under these settings: ray_port, the fixed ports after it, the client server's
+    default and the worker range."""
+    return ([settings.ray_port] + [settings.ray_port + off for off in PORT_OFFSETS.values()] + [RAY_CLIENT_PORT]
+            + list(range(settings.ray_min_worker_port, settings.ray_max_worker_port + 1)))
 
 
 def settings_problems(settings: Settings, host_groups: list[str], members: list[str]) -> list[str]:
     """Problems of this host's ray_* settings alone: the head and interface are required with a cluster, the
-    cluster is a group this host is in, the head is one of its members, the worker port range is a range and
-    clashes with none of the fixed ports. `members`: the inventory names of the group's hosts. [] when none."""
+    cluster is a group this host is in, the head is one of its members, the worker port range is a range (Ray
+    needs max above min) and clashes neither with the fixed ports nor with an instance's port. `members`: the
+    inventory names of the group's hosts. [] when none."""
     if not settings.ray_cluster:
         return []
     problems = []
@@ -127,13 +146,23 @@ def settings_problems(settings: Settings, host_groups: list[str], members: list[
         problems.append(problem("ray_interface", None, "the nodes' network between each other is not named",
                                 "set ray_interface to the interface that carries it (e.g. eth1, ib0)"))
     lo, hi = settings.ray_min_worker_port, settings.ray_max_worker_port
-    if lo > hi:
-        problems.append(problem("ray_max_worker_port", hi, f"below ray_min_worker_port ({lo})",
-                                "set ray_max_worker_port above ray_min_worker_port"))
-    fixed = [settings.ray_port] + [settings.ray_port + off for off in PORT_OFFSETS.values()]
+    if lo >= hi:  # Ray: "max_worker_port must be higher than min_worker_port"
+        problems.append(problem("ray_max_worker_port", hi, f"not above ray_min_worker_port ({lo}); Ray needs "
+                                "max_worker_port higher than min_worker_port", "set ray_max_worker_port above "
+                                "ray_min_worker_port"))
+    fixed = [settings.ray_port] + [settings.ray_port + off for off in PORT_OFFSETS.values()] + [RAY_CLIENT_PORT]
     if clash := [p for p in fixed if lo <= p <= hi]:
-        problems.append(problem("ray_port", settings.ray_port, f"Ray's fixed ports {fixed[0]}-{fixed[-1]} overlap "
-                                f"the worker ports {lo}-{hi} at {clash[0]}", "move ray_port or the worker range"))
+        problems.append(problem("ray_port", settings.ray_port, f"Ray's fixed ports ({', '.join(map(str, fixed))}) "
+                                f"overlap the worker ports {lo}-{hi} at {clash[0]}", "move ray_port or the worker "
+                                "range"))
+    taken = {i.port: f"llama_cpp_instances.{n}" for n, i in settings.llama_cpp_instances.items()}
+    taken |= {i.port: f"vllm_instances.{n}" for n, i in settings.vllm_instances.items()}
+    ours = set(ray_ports(settings))
+    for port, key in sorted(taken.items()):
+        if port in ours:
+            problems.append(problem(f"{key}.port", port, "Ray listens on it too (ray_port and the seven after it, "
+                                    f"{RAY_CLIENT_PORT}, or the worker range {lo}-{hi})",
+                                    "move the instance's port, or ray_port / the worker range"))
     return problems
 
 
@@ -143,12 +172,24 @@ def cluster_problems(cluster: str, nodes: list[Node]) -> list[str]:
     count (vLLM's Ray executor runs one venv's code on every node and gives each the same tensor parallel
     size). [] when the nodes are alike."""
     problems = [p for n in nodes if (p := n.problem)]
-    read = [n for n in nodes if n.problem is None]
+    read = [n for n in nodes if n.problem is None and n.reachable]
     for n in read:
         if n.address is None:
             problems.append(problem("ray_interface", n.ray[2] if n.ray else None, f"node {n.name} has no IPv4 "
                                     "address on it", "name the interface that carries the cluster network on every "
                                     "node (the same name on each)"))
+        elif ipaddress.ip_address(n.address).is_loopback:
+            problems.append(problem("ray_interface", n.ray[2], f"node {n.name}'s address on it is the loopback "
+                                    f"{n.address}", "name the interface between the boxes"))
+    addresses: dict[str, list[str]] = {}
+    for n in read:
+        if n.address:
+            addresses.setdefault(n.address, []).append(n.name)
+    for address, names in addresses.items():
+        if len(names) > 1:
+            problems.append(problem("ray_interface", read[0].ray[2], f"nodes {', '.join(names)} have the same "
+                                    f"address {address} on it (a bridge such as docker0 exists on every box)",
+                                    "name the interface between the boxes, whose address differs per node"))
 
     def differ(key: str, value, what: str, fix: str) -> None:
         seen = {}
@@ -165,6 +206,8 @@ def cluster_problems(cluster: str, nodes: list[Node]) -> list[str]:
            "give every node the same Python (vllm_python)")
     differ("gpu_count", lambda n: n.gpus, "GPU count (tensor parallel is the same on every node)",
            "put the same number of GPUs in each node, or leave the odd one out of the group")
+    differ("vllm_instances", lambda n: n.instances, "vLLM instances (the head serves them, each worker holds a "
+           "stage of the same model at the same path)", "set vllm_instances once, in the group's data")
     return problems
 
 
@@ -185,6 +228,7 @@ def plan(settings: Settings, host_name: str, host_groups: list[str], nodes: list
     by_name = {n.name: n for n in nodes}
     head = by_name[settings.ray_head]
     order = (head.name,) + tuple(m for m in members if m != head.name)
+    gpus = head.gpus if head.reachable else by_name[host_name].gpus  # alike on every node (cluster_problems)
     return RayPlan(settings.ray_cluster, head.name, "head" if host_name == head.name else "worker", order,
-                   by_name[host_name].address, head.address, settings.ray_interface, settings.ray_port,
-                   settings.ray_min_worker_port, settings.ray_max_worker_port, head.gpus), []
+                   by_name[host_name].address, head.address or "", settings.ray_interface, settings.ray_port,
+                   settings.ray_min_worker_port, settings.ray_max_worker_port, gpus), []

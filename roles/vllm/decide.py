@@ -413,9 +413,36 @@ def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], drive
         problems += clashes[name] + more
         instances.append(resolved)
     problems += shared_gpu_problems(settings.vllm_instances, gpu_count(settings, gpus))
+    problems += cluster_problems(settings, cluster)
     if problems:
         return None, problems
     return VllmPlan(rel, host_python, lock_path, lock_sha, bool(gpus), tuple(instances), cluster), []
+
+
+def cluster_problems(settings: Settings, cluster: RayPlan | None) -> list[str]:
+    """The instances of a Ray cluster (None: no cluster, no problem): one at most, since vLLM's Ray executor asks
+    Ray for pipeline x tensor parallel whole GPUs, all of them; tensor_parallel_size equal to the GPUs per node, as
+    the executor packs the GPUs it asks for (fewer: stages share a node and another node idles, against the plan
+    of one stage per node); no `gpus`, as Ray hands the ranks their GPUs (gpus would only set the driver's
+    CUDA_VISIBLE_DEVICES)."""
+    if cluster is None:
+        return []
+    problems = []
+    if len(settings.vllm_instances) > 1:
+        problems.append(problem("vllm_instances", sorted(settings.vllm_instances), f"a Ray cluster serves one vLLM "
+                                f"instance: each takes every GPU of the {len(cluster.nodes)} nodes",
+                                "keep one instance in the cluster's group (serve others from boxes outside it)"))
+    for name, inst in sorted(settings.vllm_instances.items()):
+        key = f"vllm_instances.{name}"
+        if inst.tensor_parallel_size != cluster.gpus_per_node:
+            problems.append(problem(f"{key}.tensor_parallel_size", inst.tensor_parallel_size, f"in a Ray cluster "
+                                    f"each node runs one pipeline stage on all of its {cluster.gpus_per_node} GPUs "
+                                    "(vLLM's Ray executor packs the GPUs it asks for: with fewer, stages share a node "
+                                    "and another idles)", f"set tensor_parallel_size to {cluster.gpus_per_node}"))
+        if inst.gpus is not None:
+            problems.append(problem(f"{key}.gpus", inst.gpus, "in a Ray cluster Ray hands each rank its GPU; gpus "
+                                    "would only restrict the driver process", "leave gpus unset"))
+    return problems
 
 
 def server_args(inst: Instance, cluster: RayPlan | None = None) -> str:

@@ -223,16 +223,19 @@ def _cluster_state(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[
 
 
 def preflight_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]],
-                      name: str):
+                      name: str, limit: list[str] | None = None, deploying: bool = False):
     """The read-only commands' preflight (plan, doctor: deploying False) of host `name` among the fake `hosts`
-    (as plan_cluster takes them): (its pyinfra Host, its HostPlan)."""
+    (as plan_cluster takes them): (its pyinfra Host, its HostPlan). `limit`: the hosts in the run (pyinfra's
+    --limit; the others are not connected)."""
     from roles.preflight import preflight
 
     state, inventory = _cluster_state(hosts, groups)
+    if limit is not None:
+        state.limit_hosts = [inventory.get_host(h) for h in limit]
     with _connected_in_repo(state):
         host = inventory.get_host(f"@fake/{name}")
         with ctx_host.use(host):
-            return host, preflight(host, deploying=False)
+            return host, preflight(host, deploying=deploying)
 
 
 def plan_cluster(hosts: dict[str, tuple[list[str], dict, dict]], groups: dict[str, tuple[list[str], dict]],

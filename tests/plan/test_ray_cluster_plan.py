@@ -58,19 +58,26 @@ def model(tmp_path_factory) -> str:
 
 def cluster(model: str | None, nodes: int = 2, gpus: int | dict[str, int] = 2, python: dict | None = None,
             host_data: dict | None = None, group: dict | None = None, extra: dict | None = None,
-            uploads: dict | None = None) -> dict[str, list[str]]:
+            uploads: dict | None = None, ifaces: dict | None = None, tp: int | None = None,
+            extra_instance: dict | None = None, second_instance: bool = False) -> dict[str, list[str]]:
     """Deploy a cluster group `v100s` of `nodes` boxes n1 (head), n2, ... with `gpus` V100s each (or per node) and
-    the tiny model (or `group`'s own instances); `python`/`host_data`: per-node Python version and host data."""
+    the tiny model (or `group`'s own instances); `python`/`host_data`/`ifaces`: per-node Python version, host data
+    and eth1 address; `tp`, `extra_instance`, `second_instance`: the tiny instance's tensor parallel size (default:
+    the GPUs per node), further settings, a second instance."""
     hosts = {}
     per_node = gpus if isinstance(gpus, dict) else {f"n{i}": gpus for i in range(1, nodes + 1)}
     for i in range(1, nodes + 1):
         name = f"n{i}"
         responses = {"nvidia-smi --query-gpu": v100s(per_node[name]),
                      "sys.version_info": [(python or {}).get(name, "3.12")],
-                     "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}"), **(extra or {})}
+                     "ip -j addr show": ip_addr("eth1", (ifaces or {}).get(name, f"10.0.0.{i}")), **(extra or {})}
         hosts[name] = (UBUNTU_2404, (host_data or {}).get(name, {}), responses)
     data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
-            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": min(per_node.values())}}
+            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": tp or min(per_node.values()),
+                                       **(extra_instance or {})},
+                               **({"second": {"model_source": model, "port": 8001,
+                                              "tensor_parallel_size": min(per_node.values()),
+                                              "gpu_memory_utilization": 0.4}} if second_instance else {})}
             if model else {},
             **(group or {})}
     return plan_cluster(hosts, {"v100s": ([f"n{i}" for i in range(1, nodes + 1)], data)}, uploads)
@@ -85,7 +92,7 @@ def test_head_and_worker_units_from_the_locked_venv_with_the_cluster_network(mod
     cmds = cluster(model, uploads=uploads)
     head, worker = env_file(uploads["n1"], "/etc/ray/ray.env"), env_file(uploads["n2"], "/etc/ray/ray.env")
     for env, address in ((head, "10.0.0.1"), (worker, "10.0.0.2")):
-        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth1"
+        assert env["NCCL_SOCKET_IFNAME"] == "=eth1" and env["GLOO_SOCKET_IFNAME"] == "eth1"  # NCCL: exact match
         assert env["VLLM_HOST_IP"] == address and f"--node-ip-address={address}" in shlex.split(env["RAY_ARGS"])
     assert {"--head", "--port=6379", "--include-dashboard=false"} <= set(shlex.split(head["RAY_ARGS"]))
     assert "--address=10.0.0.1:6379" in shlex.split(worker["RAY_ARGS"]) and "--head" not in worker["RAY_ARGS"]
@@ -127,6 +134,20 @@ def test_head_serves_with_pipeline_parallel_across_the_nodes_and_the_worker_gets
     ("GPU count", {"gpus": {"n1": 2, "n2": 1}}, r"gpu_count = '2 on @fake/n1; 1 on @fake/n2': the nodes of cluster v100s differ in GPU count"),
     ("interface", {"host_data": {"n2": {"ray_interface": "eth9"}}}, r"node @fake/n2 has no IPv4 address on it"),
     ("head", {"group": {"ray_head": "n7"}}, r"ray_head = 'n7': not a host of group v100s \(@fake/n1, @fake/n2\)"),
+    ("equal worker ports", {"group": {"ray_min_worker_port": 10002, "ray_max_worker_port": 10002}},
+     r"ray_max_worker_port = 10002: not above ray_min_worker_port \(10002\); Ray needs max_worker_port higher"),
+    ("instance port in Ray's", {"group": {"ray_port": 7995}},
+     r"vllm_instances\.big\.port = 8000: Ray listens on it too"),
+    ("same address", {"ifaces": {"n1": "172.17.0.1", "n2": "172.17.0.1"}},
+     r"nodes @fake/n1, @fake/n2 have the same address 172\.17\.0\.1 on it"),
+    ("loopback", {"ifaces": {"n1": "127.0.0.1", "n2": "10.0.0.2"}}, r"node @fake/n1's address on it is the loopback"),
+    ("instances differ", {"host_data": {"n2": {"vllm_instances": {}}}},
+     r"vllm_instances = .*the nodes of cluster v100s differ in vLLM instances"),
+    ("tensor parallel below the GPUs", {"tp": 1},
+     r"vllm_instances\.big\.tensor_parallel_size = 1: in a Ray cluster each node runs one pipeline stage on all of "
+     r"its 2 GPUs.*Fix: set tensor_parallel_size to 2"),
+    ("gpus", {"extra_instance": {"gpus": [0, 1]}}, r"vllm_instances\.big\.gpus = \[0, 1\]: in a Ray cluster Ray hands"),
+    ("two instances", {"second_instance": True}, r"vllm_instances = \['big', 'second'\]: a Ray cluster serves one"),
 ])
 def test_nodes_that_differ_are_refused_on_every_node_before_any_change(model, case, kwargs, expect):
     with pytest.raises(SettingsError, match=expect):
@@ -208,3 +229,19 @@ def test_bench_measures_the_cluster_instance_on_the_head_only(model):
     head, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n1")
     measured = bench_host(head, plan)
     assert [(i.unit, i.running) for i in measured] == [("vllm@big", False)]
+
+
+def test_doctor_reads_the_head_while_a_worker_is_down(model):
+    """The read-only commands read the nodes they reach: with a worker outside the run (as an unreachable one is),
+    the head is still planned and diagnosed; a deploy limited the same way is refused."""
+    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(2), "sys.version_info": ["3.12"],
+                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")}) for i in (1, 2)}
+    data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
+            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": 2}}}
+    _, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n1", limit=["@fake/n1"])
+    assert plan.ray.role == "head" and plan.ray.nodes == ("@fake/n1", "@fake/n2")
+    rows = ray_node(RayFacts(True, ["10.0.0.1"]), plan)
+    assert [(r.check, r.state) for r in rows] == [("ray-head running", "ok"),
+                                                  ("node 10.0.0.1 joined cluster v100s", "ok")]
+    with pytest.raises(SettingsError, match=r"node @fake/n2 is not part of this run"):
+        preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n1", limit=["@fake/n1"], deploying=True)
