@@ -133,9 +133,14 @@ def settings_problems(settings: Settings, host_groups: list[str], members: list[
         return []
     problems = []
     if settings.ray_cluster not in host_groups:
+        groups = sorted({g for g in host_groups if not g.startswith("@")})  # not pyinfra's connector groups
         problems.append(problem("ray_cluster", settings.ray_cluster, "not an inventory group this host belongs to "
-                                f"(its groups: {', '.join(sorted(host_groups)) or 'none'})",
+                                f"(its groups: {', '.join(groups) or 'none'})",
                                 "name the group that lists the cluster's hosts, set in that group's data"))
+    elif len(members) < 2:
+        problems.append(problem("ray_cluster", settings.ray_cluster, f"the group has {len(members)} host: a cluster "
+                                "spans at least two boxes", "add the other boxes to the group, or unset ray_cluster "
+                                "(one box serves with tensor parallel alone)"))
     if not settings.ray_head:
         problems.append(problem("ray_head", None, "a cluster needs one head", f"set ray_head to one of "
                                 f"{', '.join(members) or 'the group hosts'} in the group's data"))

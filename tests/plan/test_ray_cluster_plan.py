@@ -176,6 +176,12 @@ def test_a_model_that_does_not_fit_per_node_is_refused_and_fits_on_more_gpus_per
     assert "systemctl start vllm@big.service" in cmds["n1"]
 
 
+def test_a_cluster_of_one_box_is_refused(model):
+    with pytest.raises(SettingsError, match=r"ray_cluster = 'v100s': the group has 1 host: a cluster spans at least "
+                                            r"two boxes"):
+        cluster(model, nodes=1)
+
+
 def test_a_node_outside_the_cluster_group_is_not_a_ray_node(model):
     """A host that is not in the group named by ray_cluster is refused (the setting would otherwise be ignored)."""
     hosts = {"solo": (UBUNTU_2404, {"ray_cluster": "v100s", "ray_head": "@fake/solo", "ray_interface": "eth1"},
