@@ -471,6 +471,6 @@ def environment(p: VllmPlan, inst: Instance) -> str:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.settings.gpus)
     if p.cluster is not None:  # the driver joins the running cluster (not a new local one) on the cluster network
         env.update({"RAY_ADDRESS": p.cluster.gcs_address, "VLLM_HOST_IP": p.cluster.node_address,
-                    "NCCL_SOCKET_IFNAME": p.cluster.interface, "GLOO_SOCKET_IFNAME": p.cluster.interface,
+                    "NCCL_SOCKET_IFNAME": f"={p.cluster.interface}", "GLOO_SOCKET_IFNAME": p.cluster.interface,
                     "RAY_USAGE_STATS_ENABLED": "0"})
     return "".join(f"{k}={v}\n" for k, v in env.items())

@@ -245,8 +245,8 @@ def test_setting_the_version_back_rolls_back_to_the_old_venv_without_installing(
         back = deploy("vllm-rollback", ["--limit", SPEC.name])
     assert back.rc == 0, back.stderr[-3000:]
     assert bw.check_output(f"readlink {CURRENT}") == old
-    assert f"vLLM | {CURRENT} -> {Path(old).name}" in back.changed_ops.get(SPEC.name, []), back.changed_ops
-    assert not any(op.startswith("vLLM | venv ") for op in back.changed_ops.get(SPEC.name, [])), back.changed_ops
+    assert f"vLLM venv | {CURRENT} -> {Path(old).name}" in back.changed_ops.get(SPEC.name, []), back.changed_ops
+    assert not any(op.startswith("vLLM venv | venv ") for op in back.changed_ops.get(SPEC.name, [])), back.changed_ops
     assert bw.check_output(untouched) == before
     assert bw.check_output(f"find {UV_CACHE} {old} -newer /run/v100kit-rollback-marker | head -5") == ""
     assert "VLLM_USE_V1=0" in bw.file("/etc/vllm/tiny.env").content_string
