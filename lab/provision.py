@@ -54,12 +54,14 @@ class DeployRun:
 
 
 def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ...] = ("deploy.py",),
-           inventory: str = "inventory/lab.py") -> DeployRun:
+           inventory: str = "inventory/lab.py", no_wait: bool | None = None) -> DeployRun:
     """Run deploy files (deploy.py by default) against the running lab hosts of `inventory` with
-    `pyinfra -y --json`; the output is kept under build/lab-logs/<label>.log."""
+    `pyinfra -y --json`, with --no-wait unless `no_wait` is False (None: NO_WAIT); the output is kept under
+    build/lab-logs/<label>.log."""
     LOGS.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    mode = ["--no-wait"] if NO_WAIT else []
+    no_wait = NO_WAIT if no_wait is None else no_wait
+    mode = ["--no-wait"] if no_wait else []
     proc = subprocess.Popen([PYINFRA, "-y", "--json", *mode, *(extra_args or []), inventory, *files],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stamped: list[tuple[float, str]] = []  # stderr lines with the time they arrived: where the deploy's time goes
@@ -79,7 +81,7 @@ def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ..
     starts = [(t, m.group(1)) for t, line in plain if (m := _STARTING.match(line.strip()))]
     if starts:
         run.prepare_seconds = starts[0][0]
-        if not NO_WAIT:
+        if not no_wait:
             ends = [t for t, _ in starts[1:]] + [run.seconds]
             run.op_seconds = [(name, end - t) for (t, name), end in zip(starts, ends)]
         results_at = next((t for t, line in plain if line.startswith("--> Results")), run.seconds)

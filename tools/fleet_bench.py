@@ -15,10 +15,8 @@ box of a real fleet has: one shared directory would make the hosts queue on its 
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lab.harness import LAB_CACHE, LAB_DATA, HostSpec, Lab  # noqa: E402
-from lab.provision import PYINFRA  # noqa: E402
+from lab import provision  # noqa: E402
 
 INVENTORY = """
 from pathlib import Path
@@ -46,28 +44,19 @@ def busy_jiffies() -> tuple[int, int]:
     return busy, busy + v[3] + v[4]
 
 
-def deploy(inventory: Path, no_wait: bool) -> tuple[float, int, int, float, float]:
+def deploy(inventory: Path, no_wait: bool, label: str) -> tuple[float, int, int, float, float]:
     """(seconds, exit status, changed operations, pyinfra's own CPU seconds, the machine's busy share 0..1) of one
-    pyinfra run of base + tuning. pyinfra's CPU is its process's user + system time (it drives every host from one
-    process); the busy share is that of all cores over the run (the hosts' commands included)."""
-    t0 = time.monotonic()
+    pyinfra run of base + tuning (lab.provision.deploy; its log in build/lab-logs/LABEL.log). pyinfra's CPU is its
+    process's user + system time (it drives every host from one process); the busy share is that of all cores over
+    the run (the hosts' commands included)."""
     before, b0 = resource.getrusage(resource.RUSAGE_CHILDREN), busy_jiffies()
-    res = subprocess.run([PYINFRA, "-y", "--json", *(["--no-wait"] if no_wait else []), str(inventory),
-                          "tests/lab/fresh_deploy.py"], cwd=ROOT, capture_output=True, text=True)
-    seconds = time.monotonic() - t0
+    run = provision.deploy(label, files=("tests/lab/fresh_deploy.py",), inventory=str(inventory), no_wait=no_wait)
     after, b1 = resource.getrusage(resource.RUSAGE_CHILDREN), busy_jiffies()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     busy = (b1[0] - b0[0]) / max(1, b1[1] - b0[1])
-    try:
-        ops = json.loads(res.stdout)["results"]["operations"]
-        changed = sum(len(op.get("success", [])) for op in ops)
-        errors = sum(len(op.get("error", [])) for op in ops)
-    except (ValueError, KeyError):
-        changed, errors = -1, 1
-    rc = res.returncode or (1 if errors else 0)
-    if rc:
-        print(res.stderr[-3000:], file=sys.stderr)
-    return seconds, rc, changed, cpu, busy
+    if run.rc:
+        print(run.stderr[-3000:], file=sys.stderr)
+    return run.seconds, run.rc, sum(run.changed.values()), cpu, busy
 
 
 def measure(n: int, no_wait: bool, private_apt: bool = True) -> dict:
@@ -82,9 +71,10 @@ def measure(n: int, no_wait: bool, private_apt: bool = True) -> dict:
         inventory = top / "inventory.py"
         inventory.write_text(INVENTORY.format(state=str(lab.state), cache=str(LAB_CACHE),
                                               hosts=[(h.name, h.suite, h.ssh_port, h.group, h.data) for h in hosts]))
-        first = deploy(inventory, no_wait)
-        again = deploy(inventory, no_wait)
-        return {"hosts": n, "mode": "no-wait" if no_wait else "lockstep", "up": up, "first": first, "again": again}
+        mode = "no-wait" if no_wait else "lockstep"
+        first = deploy(inventory, no_wait, f"fleet-{mode}-{n}-first")
+        again = deploy(inventory, no_wait, f"fleet-{mode}-{n}-again")
+        return {"hosts": n, "mode": mode, "up": up, "first": first, "again": again}
     finally:
         for h in hosts:
             lab.destroy(h)

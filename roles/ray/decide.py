@@ -117,11 +117,10 @@ class RayPlan:
                 "VLLM_HOST_IP": self.node_address, "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def ray_ports(settings: Settings) -> list[int]:
-    """Every TCP port Ray listens on under these settings: ray_port, the fixed ports after it, the client server's
-    default and the worker range."""
-    return ([settings.ray_port] + [settings.ray_port + off for off in PORT_OFFSETS.values()] + [RAY_CLIENT_PORT]
-            + list(range(settings.ray_min_worker_port, settings.ray_max_worker_port + 1)))
+def fixed_ports(settings: Settings) -> list[int]:
+    """The TCP ports Ray listens on besides the worker range: ray_port, the PORT_OFFSETS after it, and the client
+    server's default."""
+    return [settings.ray_port] + [settings.ray_port + off for off in PORT_OFFSETS.values()] + [RAY_CLIENT_PORT]
 
 
 def settings_problems(settings: Settings, host_groups: list[str], members: list[str]) -> list[str]:
@@ -155,16 +154,15 @@ def settings_problems(settings: Settings, host_groups: list[str], members: list[
         problems.append(problem("ray_max_worker_port", hi, f"not above ray_min_worker_port ({lo}); Ray needs "
                                 "max_worker_port higher than min_worker_port", "set ray_max_worker_port above "
                                 "ray_min_worker_port"))
-    fixed = [settings.ray_port] + [settings.ray_port + off for off in PORT_OFFSETS.values()] + [RAY_CLIENT_PORT]
+    fixed = fixed_ports(settings)
     if clash := [p for p in fixed if lo <= p <= hi]:
         problems.append(problem("ray_port", settings.ray_port, f"Ray's fixed ports ({', '.join(map(str, fixed))}) "
                                 f"overlap the worker ports {lo}-{hi} at {clash[0]}", "move ray_port or the worker "
                                 "range"))
     taken = {i.port: f"llama_cpp_instances.{n}" for n, i in settings.llama_cpp_instances.items()}
     taken |= {i.port: f"vllm_instances.{n}" for n, i in settings.vllm_instances.items()}
-    ours = set(ray_ports(settings))
     for port, key in sorted(taken.items()):
-        if port in ours:
+        if port in fixed or lo <= port <= hi:
             problems.append(problem(f"{key}.port", port, "Ray listens on it too (ray_port and the seven after it, "
                                     f"{RAY_CLIENT_PORT}, or the worker range {lo}-{hi})",
                                     "move the instance's port, or ray_port / the worker range"))

@@ -413,13 +413,13 @@ def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], drive
         problems += clashes[name] + more
         instances.append(resolved)
     problems += shared_gpu_problems(settings.vllm_instances, gpu_count(settings, gpus))
-    problems += cluster_problems(settings, cluster)
+    problems += cluster_instance_problems(settings, cluster)
     if problems:
         return None, problems
     return VllmPlan(rel, host_python, lock_path, lock_sha, bool(gpus), tuple(instances), cluster), []
 
 
-def cluster_problems(settings: Settings, cluster: RayPlan | None) -> list[str]:
+def cluster_instance_problems(settings: Settings, cluster: RayPlan | None) -> list[str]:
     """The instances of a Ray cluster (None: no cluster, no problem): one at most, since vLLM's Ray executor asks
     Ray for pipeline x tensor parallel whole GPUs, all of them; tensor_parallel_size equal to the GPUs per node, as
     the executor packs the GPUs it asks for (fewer: stages share a node and another node idles, against the plan

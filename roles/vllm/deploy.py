@@ -65,7 +65,6 @@ def vllm_venv(settings: Settings, p: VllmPlan | None):
     /opt/vllm/current operation (None with p None): the services restart when it changed."""
     if p is None:
         return None
-    user, home = settings.base_service_user, settings.base_service_home
     # Triton compiles a small C launcher at run time: it needs a C compiler and the venv Python's headers
     apt.packages(name="run-time build tools", no_recommends=True,
                  packages=["gcc", "libc6-dev", f"python{p.python}-dev"])

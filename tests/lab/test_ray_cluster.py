@@ -19,6 +19,7 @@ from lab.data import CLUSTER_HOSTS, cluster_lab
 from lab.harness import LAB_BRIDGE_ADDRESS, LAB_NET_PREFIX, Lab
 from lab.provision import FRESH_ONLY, REUSED, deploy
 from roles.planner.vllm import pp_partition
+from roles.ray.facts import RayAliveNodes
 from v100kit.doctor import diagnose_all as doctor
 
 pytestmark = pytest.mark.cluster
@@ -27,9 +28,8 @@ HEAD, WORKER = CLUSTER_HOSTS
 PY = "/opt/vllm/current/bin/python"
 GCS = f"{HEAD.address}:6379"
 LAB_NET = ipaddress.ip_network(f"{LAB_BRIDGE_ADDRESS}/{LAB_NET_PREFIX}", strict=False)
-#: The alive nodes' addresses as Ray's GCS knows them (ray.nodes(): NodeManagerAddress), printed as JSON.
-ALIVE = ("import json, ray; ray.init(address='%s', logging_level='ERROR'); "
-         "print(json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))" % GCS)
+#: The doctor's own fact for the alive nodes (Ray's ray.nodes(), asked with the venv's Ray as the service user)
+ALIVE = RayAliveNodes()
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +59,8 @@ def alive(lab, timeout: float = 0) -> list[str]:
     """The alive nodes' addresses, asked on the head as the service user; waits up to `timeout` seconds for both."""
     deadline = time.monotonic() + timeout
     while True:
-        rc, out = lab.run(HEAD, f"runuser -u llm -- env HOME=/tmp {PY} -c {shlex.quote(ALIVE)} 2>/dev/null", 120)
-        nodes = _last_json(out) if rc == 0 else None
-        nodes = nodes if isinstance(nodes, list) else []
+        rc, out = lab.run(HEAD, ALIVE.command(python=PY, gcs_address=GCS, user="llm"), 120)
+        nodes = (ALIVE.process(out.splitlines()) if rc == 0 else None) or []
         if len(nodes) == 2 or time.monotonic() >= deadline:
             return nodes
         time.sleep(3)

@@ -83,6 +83,15 @@ def cluster(model: str | None, nodes: int = 2, gpus: int | dict[str, int] = 2, p
     return plan_cluster(hosts, {"v100s": ([f"n{i}" for i in range(1, nodes + 1)], data)}, uploads)
 
 
+def two_nodes(model: str) -> tuple[dict, dict]:
+    """(hosts, groups) for preflight_cluster: n1 (head) and n2, two V100s each, the tiny model at tensor parallel 2."""
+    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(2), "sys.version_info": ["3.12"],
+                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")}) for i in (1, 2)}
+    data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
+            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": 2}}}
+    return hosts, {"v100s": (["n1", "n2"], data)}
+
+
 def env_file(uploads: dict[str, bytes], path: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in uploads[path].decode().splitlines() if line)
 
@@ -194,11 +203,8 @@ def test_plan_and_doctor_know_the_cluster(model):
     """`v100kit plan`'s summary names the node's role, the GCS address and the pipeline size; the doctor has a
     'joined the cluster' row per node, broken when the cluster does not list the node's address (as a head that is
     down answers), ok when it does (Ray's ray.nodes() answer, as RayAliveNodes reads it)."""
-    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(2), "sys.version_info": ["3.12"],
-                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")}) for i in (1, 2)}
-    data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
-            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": 2}}}
-    worker, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n2")
+    hosts, groups = two_nodes(model)
+    worker, plan = preflight_cluster(hosts, groups, "n2")
     out = summarize(worker, plan)
     assert out["ray"] == {"cluster": "v100s", "role": "worker", "head": "@fake/n1", "nodes": ["@fake/n1", "@fake/n2"],
                           "node_address": "10.0.0.2", "gcs_address": "10.0.0.1:6379", "interface": "eth1",
@@ -226,13 +232,10 @@ def test_bench_measures_the_cluster_instance_on_the_head_only(model):
     measures vllm@big (here: found not running, the fake host runs nothing)."""
     from v100kit.bench import bench_host
 
-    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(2), "sys.version_info": ["3.12"],
-                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")}) for i in (1, 2)}
-    data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
-            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": 2}}}
-    worker, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n2")
+    hosts, groups = two_nodes(model)
+    worker, plan = preflight_cluster(hosts, groups, "n2")
     assert bench_host(worker, plan) == []
-    head, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n1")
+    head, plan = preflight_cluster(hosts, groups, "n1")
     measured = bench_host(head, plan)
     assert [(i.unit, i.running) for i in measured] == [("vllm@big", False)]
 
@@ -240,14 +243,11 @@ def test_bench_measures_the_cluster_instance_on_the_head_only(model):
 def test_doctor_reads_the_head_while_a_worker_is_down(model):
     """The read-only commands read the nodes they reach: with a worker outside the run (as an unreachable one is),
     the head is still planned and diagnosed; a deploy limited the same way is refused."""
-    hosts = {f"n{i}": (UBUNTU_2404, {}, {"nvidia-smi --query-gpu": v100s(2), "sys.version_info": ["3.12"],
-                                         "ip -j addr show": ip_addr("eth1", f"10.0.0.{i}")}) for i in (1, 2)}
-    data = {"ray_cluster": "v100s", "ray_head": "@fake/n1", "ray_interface": "eth1",
-            "vllm_instances": {"big": {"model_source": model, "tensor_parallel_size": 2}}}
-    _, plan = preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n1", limit=["@fake/n1"])
+    hosts, groups = two_nodes(model)
+    _, plan = preflight_cluster(hosts, groups, "n1", limit=["@fake/n1"])
     assert plan.ray.role == "head" and plan.ray.nodes == ("@fake/n1", "@fake/n2")
     rows = ray_node(RayFacts(True, ["10.0.0.1"]), plan)
     assert [(r.check, r.state) for r in rows] == [("ray-head running", "ok"),
                                                   ("node 10.0.0.1 joined cluster v100s", "ok")]
     with pytest.raises(SettingsError, match=r"node @fake/n2 is not part of this run"):
-        preflight_cluster(hosts, {"v100s": (["n1", "n2"], data)}, "n1", limit=["@fake/n1"], deploying=True)
+        preflight_cluster(hosts, groups, "n1", limit=["@fake/n1"], deploying=True)
