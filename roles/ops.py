@@ -13,6 +13,11 @@ from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 
+#: curl arguments for every download from the network: retry transient failures (timeouts, HTTP 408, 429, 5xx;
+#: curl's --retry) five times, 3 s apart, instead of failing the deploy on one 503 from a registry or its proxy.
+CURL_RETRY = {"--retry": "5", "--retry-delay": "3"}
+
+
 @operation()
 def current_link(link: str, target: str):
     """Point the symlink `link` at `target` atomically (rename of a new symlink), only if it points elsewhere."""

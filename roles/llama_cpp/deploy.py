@@ -19,7 +19,7 @@ from roles.engines import is_url
 from roles.llama_cpp.decide import CCACHE_DIR, CONFIG_DIR, CURRENT, STAMP, WORK, LlamaCppPlan, environment
 from roles.llama_cpp.facts import ServerEvidence
 from roles.llama_cpp.residency import judge, parse_compute_apps
-from roles.ops import current_link, instance_config, remove_instances, restart_then_run, verified
+from roles.ops import CURL_RETRY, current_link, instance_config, remove_instances, restart_then_run, verified
 from roles.settings import Settings
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -104,7 +104,7 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
         verified(name="source checksum", path=p.archive, sha256=p.source.sha256)
     else:  # files.download checks the sha256 itself and keeps an existing verified file
         files.download(name=f"source {p.source.ref}", src=p.source.url, dest=p.archive, sha256sum=p.source.sha256,
-                       mode="600")
+                       mode="600", extra_curl_args=CURL_RETRY)
     build(name=f"build {Path(p.prefix).name}", plan_=p, jobs=settings.llama_cpp_build_jobs)
     link = current_link(name=f"{CURRENT} -> {Path(p.prefix).name}", link=CURRENT, target=p.prefix)
 
@@ -121,7 +121,8 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
             sha = inst.settings.model_sha256
             if is_url(inst.model_source):
                 model = files.download(name=f"{inst.name}: model", src=inst.model_source, dest=inst.model_path,
-                                       sha256sum=sha, user=user, group=user, mode="640")
+                                       sha256sum=sha, user=user, group=user, mode="640",
+                                       extra_curl_args=CURL_RETRY)
             else:
                 model = files.put(name=f"{inst.name}: model", src=inst.model_source, dest=inst.model_path,
                                   user=user, group=user, mode="640")

@@ -13,7 +13,7 @@ from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
 
 from roles.ray.decide import HEAD_TEMP_DIR as RAY_TEMP_DIR
-from roles.ops import current_link, instance_config, remove_instances, restart_then_run
+from roles.ops import CURL_RETRY, current_link, instance_config, remove_instances, restart_then_run
 from roles.settings import Settings
 from roles.vllm.decide import (CHECK, CONFIG_DIR, CURRENT, INDEX_URL, STAMP, UV, UV_CACHE, VENV_ROOT, WORK, VllmPlan,
                                environment, install_flags)
@@ -71,7 +71,7 @@ def vllm_venv(settings: Settings, p: VllmPlan | None):
     files.directory(name="vLLM work area", path=WORK, mode="700")
     wheel = f"{WORK}/uv-{UV_VERSION}.whl"
     files.download(name=f"uv {UV_VERSION} wheel", src=settings.vllm_uv_wheel_url or UV_WHEEL_URL, dest=wheel,
-                   sha256sum=UV_WHEEL_SHA256, mode="600")  # a mirror's file is checked against the same pin
+                   sha256sum=UV_WHEEL_SHA256, mode="600", extra_curl_args=CURL_RETRY)  # a mirror's file is checked against the same pin
     uv_binary(name=f"uv {UV_VERSION}", wheel=wheel, python=settings.vllm_python)
     files.directory(name="venv root", path=f"{VENV_ROOT}/locks", mode="755")
     files.put(name="venv check script", src=str(Path(__file__).parent / "check_venv.py"), dest=CHECK, mode="644")
