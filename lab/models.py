@@ -35,10 +35,11 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
 
 def write_llama(path: Path, seed: int = 0, n_embd: int = N_EMBD, n_head: int = N_HEAD, n_head_kv: int = N_HEAD_KV,
                 n_layer: int = N_LAYER, n_ff: int = N_FF, n_ctx: int = N_CTX, architecture: str = "llama",
-                zero_weights: bool = False) -> Path:
+                zero_weights: bool = False, header_only: bool = False) -> Path:
     """A llama-shaped GGUF with random F32 weights: head size n_embd / n_head, `n_ctx` trained context tokens,
     `architecture` as general.architecture (tests give names a llama.cpp tree may not know). `zero_weights`: zeros
-    instead (fast for large shapes that only the planner reads). Returns `path`."""
+    instead (fast for large shapes that only the planner reads). `header_only`: F16 tensors whose data is a hole of
+    a sparse file (the real size, no disk: a many-GB model for the planner and for range reads). Returns `path`."""
     N_EMBD, N_HEAD, N_HEAD_KV, N_LAYER, N_FF, N_CTX = n_embd, n_head, n_head_kv, n_layer, n_ff, n_ctx  # noqa: N806
     HEAD_DIM = N_EMBD // N_HEAD  # noqa: N806
     rng = np.random.default_rng(seed)
@@ -54,7 +55,7 @@ def write_llama(path: Path, seed: int = 0, n_embd: int = N_EMBD, n_head: int = N
     w.add_head_count_kv(N_HEAD_KV)
     w.add_rope_dimension_count(HEAD_DIM)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if header_only else gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
@@ -64,26 +65,47 @@ def write_llama(path: Path, seed: int = 0, n_embd: int = N_EMBD, n_head: int = N
     w.add_unk_token_id(0)
 
     def t(name: str, *shape: int) -> None:  # numpy shape is ggml's ne reversed
+        if header_only:
+            w.add_tensor_info(name, shape, np.dtype(np.float16), int(np.prod(shape)) * 2)
+            sizes.append(int(np.prod(shape)) * 2)
+            return
         w.add_tensor(name, np.zeros(shape, np.float32) if zero_weights
                      else (rng.standard_normal(shape) * 0.02).astype(np.float32))
 
+    sizes: list[int] = []
+
+    def norm(name: str) -> None:
+        if header_only:
+            w.add_tensor_info(name, (N_EMBD,), np.dtype(np.float32), N_EMBD * 4)
+            sizes.append(N_EMBD * 4)
+            return
+        w.add_tensor(name, np.ones(N_EMBD, np.float32))
+
     t("token_embd.weight", n_vocab, N_EMBD)
     for i in range(N_LAYER):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, np.float32))
+        norm(f"blk.{i}.attn_norm.weight")
         t(f"blk.{i}.attn_q.weight", N_EMBD, N_EMBD)
         t(f"blk.{i}.attn_k.weight", N_HEAD_KV * HEAD_DIM, N_EMBD)
         t(f"blk.{i}.attn_v.weight", N_HEAD_KV * HEAD_DIM, N_EMBD)
         t(f"blk.{i}.attn_output.weight", N_EMBD, N_EMBD)
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, np.float32))
+        norm(f"blk.{i}.ffn_norm.weight")
         t(f"blk.{i}.ffn_gate.weight", N_FF, N_EMBD)
         t(f"blk.{i}.ffn_up.weight", N_FF, N_EMBD)
         t(f"blk.{i}.ffn_down.weight", N_EMBD, N_FF)
-    w.add_tensor("output_norm.weight", np.ones(N_EMBD, np.float32))
+    norm("output_norm.weight")
     t("output.weight", n_vocab, N_EMBD)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    if not header_only:
+        w.write_tensors_to_file()
+        w.close()
+        return path
+    w.write_ti_data_to_file()
     w.close()
+    align = 32  # GGUF's default general.alignment
+    up = lambda n: -(-n // align) * align  # noqa: E731
+    with open(path, "r+b") as f:
+        f.truncate(up(path.stat().st_size) + sum(up(n) for n in sizes))
     return path
 
 

@@ -12,6 +12,7 @@ from pyinfra.facts.files import File
 from pyinfra.facts.hardware import Ipv4Addrs
 from pyinfra.facts.server import OsRelease, Sysctl, Users
 
+from roles import hub
 from roles.base import decide as base
 from roles.cuda import decide as cuda
 from roles.cuda.versions import Toolkit
@@ -76,7 +77,17 @@ def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> H
     `diagnosing`: for the doctor, which reports host states as rows instead of refusing them (Secure Boot without
     an enrolled DKMS key: the row 'Secure Boot lets the module load'). `deploying`: False for the read-only commands
     (plan, doctor, bench, verify), which read a host without systemd as PID 1 too; a deploy refuses it."""
-    settings = load_settings(host.name, host.data.dict())
+    given = load_settings(host.name, host.data.dict())
+    # hf:// models: the plan reads header copies first, so a model that does not fit moves no weights; a deploy then
+    # downloads and verifies them and plans again on the real files (the same plan, read from the real headers)
+    plan = _preflight(host, hub.resolved(host.name, given, fetch=False), diagnosing, deploying)
+    if not deploying or plan.settings is given:
+        return plan
+    return _preflight(host, hub.resolved(host.name, given, fetch=True), diagnosing, deploying)
+
+
+def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool) -> HostPlan:
+    """preflight() for settings whose models are all on the control machine or the host."""
     platform = platform_from_os_release(host.name, host.get_fact(OsRelease))
     # the read-only commands (plan, doctor, bench, verify: deploying False) still read a host without systemd, and
     # say per check what it lacks
@@ -136,7 +147,8 @@ def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> lis
                 "or unreachable)", "deploy the cluster's hosts together (limit to the group, or to none)")))
             continue
         try:
-            own = settings if node is host else load_settings(node.name, node.data.dict())
+            # as given (hf:// sources unresolved) on every node, so that the nodes' instances compare alike
+            own = load_settings(node.name, node.data.dict())
         except SettingsError:
             nodes.append(ray.Node(node.name, problem=problem(
                 "ray_cluster", settings.ray_cluster, f"node {node.name} has invalid settings",

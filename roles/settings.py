@@ -49,8 +49,12 @@ class LlamaCppInstance(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_path: HostPath | None = Field(None, description="GGUF file already on the host")
-    model_source: str | None = Field(None, pattern=r"^\S+$", description="URL or control-machine path of the GGUF file")
-    model_sha256: Sha256 | None = Field(None, description="sha256 of model_source (required with it)")
+    model_source: str | None = Field(
+        None, pattern=r"^\S+$", description="URL or control-machine path of the GGUF file, or one GGUF file of a "
+                                           "Hugging Face repository at a commit: hf://ORG/REPO@COMMIT/FILE.gguf "
+                                           "(fetched on the control machine, HF_ENDPOINT for a mirror)")
+    model_sha256: Sha256 | None = Field(None, description="sha256 of model_source (required with it; for hf:// "
+                                                          "the hub's, which a value set here must equal)")
     port: int = Field(8080, ge=1024, le=65535, description="TCP port (>= 1024: the service user cannot bind lower)")
     listen: str = Field("127.0.0.1", description="address to listen on (--host)")
     n_gpu_layers: int = Field(99, ge=0, le=999, description="-ngl: layers on the GPU (99 = all)")
@@ -90,6 +94,16 @@ class LlamaCppInstance(BaseModel):
         return v
 
     _unique_gpus = field_validator("gpus")(lambda v: _once_each(v, "GPU"))
+    _hub_source = field_validator("model_source")(lambda v: _hub_source(v, needs_file=True))
+
+
+def _hub_source(value: str | None, needs_file: bool) -> str | None:
+    """Validator body: `value` unchanged, or ValueError for an hf:// source in the wrong form (roles/hub.py)."""
+    from roles.hub import is_hub_source, source_problem
+
+    if is_hub_source(value) and (why := source_problem(value, needs_file)):
+        raise ValueError(why)
+    return value
 
 
 class VllmInstance(BaseModel):
@@ -100,7 +114,10 @@ class VllmInstance(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_path: HostPath | None = Field(None, description="model directory already on the host")
-    model_source: str | None = Field(None, pattern=r"^\S+$", description="model directory on the control machine")
+    model_source: str | None = Field(
+        None, pattern=r"^\S+$", description="model directory on the control machine, or a Hugging Face repository at "
+                                           "a commit: hf://ORG/REPO@COMMIT (its safetensors snapshot, fetched on "
+                                           "the control machine, HF_ENDPOINT for a mirror)")
     served_model_name: str | None = Field(
         None, pattern=r"^[A-Za-z0-9._/:-]+$", description="--served-model-name; None: the instance name")
     port: int = Field(8000, ge=1024, le=65535, description="TCP port (>= 1024: the service user cannot bind lower)")
@@ -126,6 +143,7 @@ class VllmInstance(BaseModel):
     _listen_address = field_validator("listen")(LlamaCppInstance._listen_address.__func__)
 
     _unique_gpus = field_validator("gpus")(lambda v: _once_each(v, "GPU"))
+    _hub_source = field_validator("model_source")(lambda v: _hub_source(v, needs_file=False))
 
 
 class Settings(BaseModel):

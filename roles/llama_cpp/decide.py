@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from roles import planner
 from roles.cuda.versions import Toolkit
+from roles.hub import is_header_copy
 from roles.engines import (compute_capability, gpu_count, gpu_memory_mib, is_url, network_listener, one_model,
                            port_clashes, sha256_file)
 from roles.llama_cpp.choices import (KvChoice, architecture_problems as model_architecture_problems, choose_kv,
@@ -229,7 +230,8 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     if not Path(path).is_file():
         return path, None, None, [problem(f"{key}.model_source", path, "no such file on the control machine",
                                           "give an existing path or a URL")], None
-    if (actual := sha256_file(path)) != inst.model_sha256:
+    # a hub file's header copy (plan before download) has no sha256 of its own: the download is checked instead
+    if not is_header_copy(path) and (actual := sha256_file(path)) != inst.model_sha256:
         return path, None, None, [problem(f"{key}.model_sha256", inst.model_sha256, f"the file's sha256 is {actual}",
                                           "check the file, then the checksum")], None
     try:

@@ -1,0 +1,192 @@
+"""Plan-level tests (facts in, commands out) of models given as a Hugging Face repository at a commit (#17):
+`model_source: hf://ORG/REPO@COMMIT[/FILE.gguf]`. The hub is lab/hub.py's stand-in, speaking the hub's HTTP API on
+loopback, reached through HF_ENDPOINT as a mirror would be, with the real huggingface_hub client. Expected
+checksums are computed here with hashlib from the files the stand-in serves; what reaches the host is what the
+plan uploads."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lab.data import tiny_hf_model, tiny_model
+from lab.hub import StandInHub
+from lab.models import write_llama
+from roles import hub
+from roles.settings import SettingsError
+from tests.plan.harness import DEBIAN_13, UBUNTU_2404, plan_uploads_raw
+
+GGUF_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+HF_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
+BIG_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
+V100_16 = {"nvidia-smi --query-gpu": ["0, Tesla V100-PCIE-16GB, 7.0, 16160, Enabled, 550.163.01"],
+           "sys.version_info": ["3.12"]}
+HOME = "/var/lib/llm"  # base_service_home's default
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory) -> dict[str, Path]:
+    """Three repositories: a GGUF one (with a README kept in git), a safetensors one (plus weights in another
+    format and a subfolder, which vLLM does not need), and a 40-layer 8B-class F16 GGUF (17 GB, sparse)."""
+    base = tmp_path_factory.mktemp("repos")
+    gguf_repo = base / "gguf"
+    gguf_repo.mkdir()
+    shutil.copy(tiny_model(base / "cache"), gguf_repo / "tiny-F32.gguf")
+    (gguf_repo / "README.md").write_text("a tiny llama\n")
+    hf_repo = base / "hf"
+    shutil.copytree(tiny_hf_model(base / "cache"), hf_repo)
+    (hf_repo / "pytorch_model.bin").write_bytes(b"\0" * 1000)
+    (hf_repo / "original").mkdir()
+    (hf_repo / "original" / "consolidated.pth").write_bytes(b"\0" * 1000)
+    big = base / "big"
+    big.mkdir()
+    write_llama(big / "big-F16.gguf", n_embd=4096, n_head=32, n_head_kv=8, n_layer=40, n_ff=14336,
+                header_only=True)
+    return {"gguf": gguf_repo, "hf": hf_repo, "big": big}
+
+
+@pytest.fixture()
+def stand_in(repos, tmp_path, monkeypatch):
+    """The stand-in hub as HF_ENDPOINT, with empty caches (huggingface_hub's and the header copies)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("V100KIT_HUB_HEADERS", str(tmp_path / "headers"))
+    hub._LISTINGS.clear()
+    hub._VERIFIED.clear()
+    with StandInHub({"org/tiny-gguf": {GGUF_COMMIT: repos["gguf"]}, "org/tiny": {HF_COMMIT: repos["hf"]},
+                     "org/big-gguf": {BIG_COMMIT: repos["big"]}},
+                    declared_sha256={"big-F16.gguf": "b" * 64}) as h:
+        monkeypatch.setenv("HF_ENDPOINT", h.endpoint)
+        yield h
+
+
+def llama(source: str, **more) -> dict:
+    return {"llama_cpp_instances": {"tiny": {"model_source": source, **more}}}
+
+
+def llama_plan(data: dict):
+    """The plan up to llama-server's start (a fake host has no process whose residency the deploy could check)."""
+    return plan_uploads_raw(DEBIAN_13, data, V100_16, stops_early=True)
+
+
+def test_gguf_from_the_hub_reaches_the_host_with_the_hubs_sha256(stand_in, repos):
+    cmds, uploads = llama_plan(llama(f"hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf"))
+    want = repos["gguf"] / "tiny-F32.gguf"
+    placed = f"{HOME}/models/tiny-F32.gguf"
+    assert uploads[placed] == want.read_bytes()
+    assert any(sha256(want) in str(c) and placed in str(c) for c in cmds)  # checked again on the host
+    assert not [p for p in uploads if p.endswith("README.md")]  # one file of the repository, not all
+    served = [r for r in stand_in.requests if r["method"] == "GET" and r["path"].endswith(".gguf")]
+    assert served and all(r["path"].startswith(f"/org/tiny-gguf/resolve/{GGUF_COMMIT}/") for r in served)
+
+
+def test_vllm_snapshot_from_the_hub_is_the_safetensors_model_without_other_weights(stand_in, repos):
+    data = {"vllm_instances": {"tiny": {"model_source": f"hf://org/tiny@{HF_COMMIT}"}}}
+    _, uploads = plan_uploads_raw(UBUNTU_2404, data, V100_16)
+    placed = {p.removeprefix(f"{HOME}/models/tiny/"): b for p, b in uploads.items()
+              if p.startswith(f"{HOME}/models/tiny/")}
+    expected = {p.name: p.read_bytes() for p in repos["hf"].iterdir() if p.is_file() and p.suffix != ".bin"}
+    assert placed == expected and "model.safetensors" in placed
+
+
+def test_a_model_that_does_not_fit_is_refused_after_reading_only_its_header(stand_in, monkeypatch):
+    """40 layers of an 8B-class F16 model (17 GB) on one 16 GB V100: refused by the planner from the header copy;
+    the hub sent a few kB of the 17 GB file, in ranges (the first read made too small to hold the header, so it
+    is read again larger), and nothing is in huggingface_hub's cache."""
+    monkeypatch.setattr(hub, "GGUF_FIRST_READ", 1024)
+    size = (Path(stand_in.repos["org/big-gguf"][BIG_COMMIT]) / "big-F16.gguf").stat().st_size
+    assert size > 16 << 30
+    with pytest.raises(SettingsError) as e:
+        plan_uploads_raw(DEBIAN_13, llama(f"hf://org/big-gguf@{BIG_COMMIT}/big-F16.gguf"), V100_16)
+    assert "llama_cpp_instances.tiny" in str(e.value) and "would offload" in str(e.value)
+    ranges = [r["range"] for r in stand_in.requests if r["path"].endswith("big-F16.gguf")]
+    assert len(ranges) >= 2 and all(r and r.startswith("bytes=0-") for r in ranges)
+    assert stand_in.bytes_served("big-F16.gguf") < 1 << 20
+    assert not list(Path(hub.hub_cache()).rglob("*.gguf"))
+
+
+def test_a_tampered_file_is_refused_with_its_name_and_removed_from_the_cache(stand_in, repos):
+    true = (repos["hf"] / "model.safetensors").read_bytes()
+    stand_in.tamper["model.safetensors"] = true[:-4] + b"\1\2\3\4"  # same size, same header
+    data = {"vllm_instances": {"tiny": {"model_source": f"hf://org/tiny@{HF_COMMIT}"}}}
+    with pytest.raises(SettingsError) as e:
+        plan_uploads_raw(UBUNTU_2404, data, V100_16)
+    assert "vllm_instances.tiny.model_source" in str(e.value) and "model.safetensors" in str(e.value)
+    assert hashlib.sha256(true).hexdigest() in str(e.value)
+    assert not [p for p in Path(hub.hub_cache()).rglob("*") if p.is_file() and p.read_bytes()[-4:] == b"\1\2\3\4"]
+    # the mirror mended: the next deploy fetches the file again and passes
+    del stand_in.tamper["model.safetensors"]
+    hub._VERIFIED.clear()
+    _, uploads = plan_uploads_raw(UBUNTU_2404, data, V100_16)
+    assert uploads[f"{HOME}/models/tiny/model.safetensors"] == true
+
+
+def test_a_second_deploy_needs_no_hub(stand_in, repos):
+    """A new process (in-memory caches cleared) deploying the same commit with the hub gone: the file list is kept
+    per commit, the files are in huggingface_hub's cache and verified again from there."""
+    source = llama(f"hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf")
+    first = llama_plan(source)
+    stand_in.stop()
+    hub._LISTINGS.clear()
+    hub._VERIFIED.clear()
+    second = llama_plan(source)
+    assert second[1] == first[1] and [str(c) for c in second[0]] == [str(c) for c in first[0]]
+    stand_in.start()  # for the fixture's stop
+
+
+@pytest.mark.parametrize("source, why", [
+    (f"hf://org/tiny-gguf@main/tiny-F32.gguf", "is not a commit hash"),
+    (f"hf://org/tiny-gguf@{GGUF_COMMIT}", "names no .gguf file"),
+    (f"hf://org/tiny-gguf@{GGUF_COMMIT[:12]}/tiny-F32.gguf", "is not a commit hash"),
+    ("hf://tiny-gguf/tiny-F32.gguf", "not hf://ORG/REPO@COMMIT/FILE.gguf"),
+])
+def test_llama_cpp_hub_source_in_the_wrong_form_is_refused(stand_in, source, why):
+    with pytest.raises(SettingsError) as e:
+        plan_uploads_raw(DEBIAN_13, llama(source), V100_16)
+    assert f"llama_cpp_instances.tiny.model_source = {source!r}" in str(e.value) and why in str(e.value)
+    assert not stand_in.requests  # refused from the settings alone
+
+
+def test_vllm_hub_source_with_a_file_path_is_refused(stand_in):
+    source = f"hf://org/tiny@{HF_COMMIT}/model.safetensors"
+    with pytest.raises(SettingsError, match="vLLM takes the repository's snapshot"):
+        plan_uploads_raw(UBUNTU_2404, {"vllm_instances": {"tiny": {"model_source": source}}}, V100_16)
+
+
+def test_unknown_commit_and_missing_file_are_refused_naming_the_source(stand_in):
+    with pytest.raises(SettingsError, match=r"model_source = 'hf://org/tiny-gguf@f{40}/tiny-F32.gguf'.*file list "
+                                            r"cannot be read.*Fix: check the repository, commit and file"):
+        plan_uploads_raw(DEBIAN_13, llama(f"hf://org/tiny-gguf@{'f' * 40}/tiny-F32.gguf"), V100_16)
+    with pytest.raises(SettingsError, match=r"has no other\.gguf at this commit \(its \.gguf files: tiny-F32\.gguf\)"):
+        plan_uploads_raw(DEBIAN_13, llama(f"hf://org/tiny-gguf@{GGUF_COMMIT}/other.gguf"), V100_16)
+
+
+def test_a_model_sha256_set_by_hand_must_be_the_hubs(stand_in, repos):
+    with pytest.raises(SettingsError, match=rf"model_sha256 = '{'a' * 64}': the hub lists sha256 "
+                                            rf"{sha256(repos['gguf'] / 'tiny-F32.gguf')}"):
+        plan_uploads_raw(DEBIAN_13, llama(f"hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf",
+                                          model_sha256="a" * 64), V100_16)
+
+
+@pytest.mark.parametrize("cut", [64, 0.5, -64, -1, 0, 4096])
+def test_the_header_copy_reads_like_the_real_file_wherever_the_first_read_ends(stand_in, repos, monkeypatch, cut):
+    """The first range read ends inside the metadata, inside the tensor table, just before or at the data (cut
+    relative to where gguf's own reader finds the tensor data start): the planner reads the same model from the
+    header copy as from the whole file."""
+    import gguf
+
+    from roles.planner import read_gguf
+
+    real = repos["big"] / "big-F16.gguf"
+    data_start = int(gguf.GGUFReader(real).data_offset)
+    first = int(cut * data_start) if isinstance(cut, float) else (data_start + cut if cut <= 0 else cut)
+    monkeypatch.setattr(hub, "GGUF_FIRST_READ", first)
+    copy = hub.header_copy(hub.parse(f"hf://org/big-gguf@{BIG_COMMIT}/big-F16.gguf"))
+    assert read_gguf(copy) == read_gguf(real)
+    assert copy.stat().st_size == real.stat().st_size
