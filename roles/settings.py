@@ -168,6 +168,9 @@ class Settings(BaseModel):
     # -- base -------------------------------------------------------------------------------------------
     base_apt_mirror: str | None = Field(
         None, pattern=r"^https?://\S+$", description="distribution mirror URL; None: deb.debian.org / archive.ubuntu.com")
+    base_apt_security_mirror: str | None = Field(
+        None, pattern=r"^https?://\S+$", description="mirror of the distribution's security archive (CODENAME-security); "
+                                                  "None: security.debian.org/debian-security / security.ubuntu.com")
     base_extra_packages: list[str] = Field(
         default_factory=list, description="extra apt packages to install on every host")
     base_service_user: str = Field(

@@ -20,6 +20,12 @@ MIRRORS = {
     "ubuntu": ("http://archive.ubuntu.com/ubuntu", "http://security.ubuntu.com/ubuntu"),
 }
 
+#: The components of our sources file per distribution family: those NVIDIA's packages need (non-free / multiverse).
+COMPONENTS = {
+    "debian": ("main", "contrib", "non-free", "non-free-firmware"),
+    "ubuntu": ("main", "restricted", "universe", "multiverse"),
+}
+
 #: Packages every later role relies on (download with checksums, PCI listing, module tools).
 BASE_PACKAGES = ["ca-certificates", "curl", "gnupg", "pciutils", "kmod", "procps", "lsb-release"]
 
@@ -75,7 +81,8 @@ def managed_repositories(settings: Settings, platform: Platform) -> list[tuple[s
     comes from it (nvidia_driver_source / cuda_source)."""
     mirror, security = MIRRORS[platform.family]
     suites = (platform.codename, f"{platform.codename}-updates")  # as in templates/<family>.sources.j2
-    repos = [(settings.base_apt_mirror or mirror, suites), (security, (f"{platform.codename}-security",))]
+    repos = [(settings.base_apt_mirror or mirror, suites),
+             (settings.base_apt_security_mirror or security, (f"{platform.codename}-security",))]
     uses_nvidia = settings.nvidia_driver_source == "nvidia" or cuda_source_for(settings, platform) == "nvidia"
     if uses_nvidia and platform.id in NVIDIA_REPOS:
         repos.append((nvidia_repo_url(settings, platform), ("/",)))

@@ -10,8 +10,8 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server
 
-from roles.base.decide import (BASE_PACKAGES, DISTRO_SOURCE_FILES, MIRRORS, NVIDIA_SOURCE_FILE, managed_repositories,
-                               our_source_file, stray_sources)
+from roles.base.decide import (BASE_PACKAGES, COMPONENTS, DISTRO_SOURCE_FILES, MIRRORS, NVIDIA_SOURCE_FILE,
+                               managed_repositories, our_source_file, stray_sources)
 from roles.base.facts import AptSourceEntries, CaBundleStale
 from roles.facts import SOURCES_GLOB, SOURCES_STAMP, AptSourcesChanged
 from roles.platform import Platform
@@ -65,7 +65,8 @@ def base(settings: Settings, platform: Platform) -> None:
     files.template(
         name=f"{platform.family} sources with the NVIDIA components",
         src=str(TEMPLATES / f"{platform.family}.sources.j2"), dest=ours, mode="644",
-        mirror=settings.base_apt_mirror or mirror, security_mirror=security, codename=platform.codename,
+        mirror=settings.base_apt_mirror or mirror, security_mirror=settings.base_apt_security_mirror or security,
+        codename=platform.codename, components=" ".join(COMPONENTS[platform.family]),
     )
     for path in DISTRO_SOURCE_FILES:
         if host.get_fact(File, path=path):
