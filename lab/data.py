@@ -15,14 +15,14 @@ from lab.sources import llama_cpp_default_source, sha256_of
 from roles.llama_cpp.versions import DEFAULT_SOURCE
 
 #: llama-server ports per lab host (hosts share the machine's network).
-LLAMA_PORTS = {"lab-bookworm": 18081, "lab-trixie": 18082}
+LLAMA_PORTS = {"lab-bookworm": 18081, "lab-trixie": 18082, "lab-offline": 18081}
 #: Lab hosts that build llama.cpp and serve the tiny model: both, so that every run proves the build with both
 #: lab toolkits (CUDA 11.8 with g++-11 on Debian 12, CUDA 12.4 on Debian 13). A cold CUDA build takes ~12 min of
 #: both cores; the lab cache's ccache (bound into the hosts) makes a warm one take well under a minute.
-LLAMA_HOSTS = ("lab-bookworm", "lab-trixie")
+LLAMA_HOSTS = ("lab-bookworm", "lab-trixie", "lab-offline")
 #: Lab hosts with a vLLM instance: Debian 12, whose Python 3.11 has wheels for the default vLLM (Debian 13's 3.13
 #: has none for it: tests/lab/test_vllm.py checks that refusal). Its port:
-VLLM_HOSTS = ("lab-bookworm",)
+VLLM_HOSTS = ("lab-bookworm", "lab-offline")
 VLLM_PORT = 18091
 
 
@@ -33,6 +33,19 @@ VLLM_PORT = 18091
 CLUSTER_GROUP = "raylab"
 CLUSTER_HOSTS = (HostSpec("lab-ray1", "bookworm", 22, CLUSTER_GROUP, dict(LAB_DATA), address="10.231.0.11"),
                  HostSpec("lab-ray2", "bookworm", 22, CLUSTER_GROUP, dict(LAB_DATA), address="10.231.0.12"))
+
+
+#: A Debian 12 host with lab-bookworm's whole stack and no way out (#17): its own network namespace, no registry
+#: proxy, no name server, no shared apt or wheel cache. `v100kit offline` provisions it from a directory the control
+#: machine serves on the lab bridge. Started by tests/lab/test_offline.py; state under LAB_STATE/offline.
+OFFLINE_GROUP = "offlinelab"
+OFFLINE_HOST = HostSpec("lab-offline", "bookworm", 22, OFFLINE_GROUP, dict(LAB_DATA), address="10.231.0.21",
+                        offline=True)
+
+
+def offline_lab() -> Lab:
+    """The Lab that manages OFFLINE_HOST."""
+    return Lab(LAB_STATE / "offline", LAB_CACHE, hosts=(OFFLINE_HOST,))
 
 
 def cluster_lab() -> Lab:

@@ -128,6 +128,9 @@ class HostSpec:
     group: str
     data: dict = field(default_factory=dict)
     address: str | None = None
+    #: with `address`: no registry proxy and no shared apt or wheel cache: a host that reaches nothing but the
+    #: control machine's end of the lab bridge (v100kit offline serves it from there)
+    offline: bool = False
 
     @property
     def ssh_address(self) -> str:
@@ -344,7 +347,7 @@ class Lab:
             link = root / "etc/systemd/system" / timer
             link.unlink(missing_ok=True)
             link.symlink_to("/dev/null")
-        if s.address:
+        if s.address and not s.offline:
             self._behind_proxy(root)
         atomic_write(hdir / "created", time.strftime("%FT%T") + "\n")
         self._write_client_config()
@@ -366,7 +369,8 @@ class Lab:
 
     # -- network of namespaced hosts --------------------------------------------------------------------
     def network_up(self, s: HostSpec) -> None:
-        """The lab bridge (once), the host's namespace with its veth pair (once), and the registry proxy (once);
+        """The lab bridge (once), the host's namespace with its veth pair (once), and the registry proxy (once, not
+        for an offline host);
         each step is skipped when already there, so that a host booted again or an interrupted setup converges."""
         with locked(self.state / "network"):
             if _ip("link", "show", LAB_BRIDGE, check=False).returncode != 0:
@@ -383,7 +387,8 @@ class Lab:
             _ip("link", "set", outer, "master", LAB_BRIDGE, "up")
             _ip("-n", s.netns, "link", "set", LAB_INTERFACE, "up")
             _ip("-n", s.netns, "link", "set", "lo", "up")
-            self._proxy_up()
+            if not s.offline:  # an offline host gets no way to the registries, not even a proxy
+                self._proxy_up()
 
     def _proxy_pid(self) -> int | None:
         try:
@@ -440,6 +445,9 @@ class Lab:
             if self.private_apt:
                 apt_cache = self._private_apt(s, apt_cache)
             uv_cache = self.cache / "uv"  # wheels (vLLM, torch: GBs); uv checks every hash, venvs copy out of it
+            if s.offline:  # every .deb and wheel must come from the offline directory: nothing cached beforehand
+                apt_cache, uv_cache = self.host_dir(s) / "apt-archives", self.host_dir(s) / "uv"
+                (apt_cache / "partial").mkdir(parents=True, exist_ok=True)
             # the llama.cpp role's compiler cache (CCACHE_DIR): a warm one turns the ~12 min CUDA build into
             # seconds; ccache keys on the compiler and its inputs, so hosts of different suites share it safely
             ccache = self.cache / "ccache"

@@ -19,6 +19,8 @@ COMMANDS = {
     "bench": ("v100kit.bench", "measure what each instance serves (residency, TTFT, tokens/s, roofline); "
                                "--sweep stops services"),
     "verify": ("v100kit.verify", "run the host checks (pytest-testinfra) against every host; changes nothing"),
+    "offline": ("v100kit.offline", "fill a directory with everything the hosts download, then deploy hosts that "
+                                   "reach no registry from it"),
     "lab": ("lab.cli", "build, boot, reboot, stop or destroy the bundled lab hosts"),
 }
 
