@@ -28,6 +28,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from roles.engines import sha256_file
+
 #: hf://ORG/REPO@COMMIT[/PATH]: the hub's repository id rules (letters, digits, - _ .), a full commit hash
 HUB_SOURCE = re.compile(r"^hf://(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)"
                         r"@(?P<revision>[^/\s]+)(?:/(?P<path>\S+))?$")
@@ -270,14 +272,6 @@ def git_blob_id(path: Path) -> str:
     return h.hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 #: (resolved blob path, size, mtime_ns) -> checksum already verified in this process (one hash per file per run)
 _VERIFIED: dict[tuple[str, int, int], str] = {}
 
@@ -291,7 +285,7 @@ def verify(src: HubSource, f: HubFile, path: Path) -> None:
     want = f.sha256 or f.git_oid
     if _VERIFIED.get(key) == want:
         return
-    have = _sha256(blob) if f.sha256 else git_blob_id(blob)
+    have = sha256_file(blob) if f.sha256 else git_blob_id(blob)
     if have != want:
         raise HubError(f"{src}: {f.path}: {'sha256' if f.sha256 else 'git blob id'} {have} is not the hub's {want} "
                        "for this commit (the mirror or the download altered it)")

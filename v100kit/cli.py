@@ -45,15 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv[1:]) and run the subcommand; returns its exit status. What follows `--` goes
-    to the subcommand unparsed (verify: pytest arguments)."""
+    to the subcommand unparsed (verify: pytest arguments; offline deploy: pyinfra arguments)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else None  # passed through (verify: to pytest)
     parser = build_parser()
     args = parser.parse_args(argv[:argv.index("--")] if rest is not None else argv)
     if rest is not None:
-        if not hasattr(args, "pytest_args"):
+        if not hasattr(args, "passthrough"):
             parser.error(f"{args.command} takes no arguments after --")
-        args.pytest_args = rest
+        args.passthrough = rest
     try:
         return args.run(args)
     except UnknownHost as e:  # a --limit typo: a usage error, never an empty (healthy-looking) report

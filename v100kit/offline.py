@@ -2,7 +2,7 @@
 machine.
 
     v100kit offline fill DIR INVENTORY [--limit HOST]      # on the control machine, with internet
-    v100kit offline deploy DIR INVENTORY --address ADDR    # serve DIR on ADDR while pyinfra deploys
+    v100kit offline deploy DIR INVENTORY --address ADDR [-- PYINFRA ARGS]   # serve DIR while pyinfra deploys
     v100kit offline serve DIR --address ADDR               # only serve (for your own pyinfra run); prints the data
 
 `fill` reads each host over SSH (its facts, its dpkg status) and puts into DIR everything its deploy downloads:
@@ -52,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "deploy":
             p.add_argument("inventory")
             p.add_argument("--limit", action="append", metavar="HOST", help="only this host (repeatable)")
+            p.set_defaults(passthrough=[])  # what follows `--`: more pyinfra arguments (e.g. -- --json)
         p.add_argument("--address", required=True, help="control-machine address the hosts reach")
         p.add_argument("--port", type=int, default=DEFAULT_PORT)
 
@@ -73,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
             threading.Event().wait()
         inventory = inventory_path(args.inventory, Path.cwd())
         limit = [a for h in args.limit or () for a in ("--limit", h)]
-        cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", *limit, *data_args(data), inventory, "deploy.py"]
+        cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", *limit, *data_args(data), *args.passthrough,
+               inventory, "deploy.py"]
         return subprocess.run(cmd, cwd=ROOT).returncode
 
 

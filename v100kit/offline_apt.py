@@ -12,7 +12,6 @@ install (`apt_packages`)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
@@ -24,6 +23,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+from roles.engines import sha256_file
 
 #: apt's preferred compression order (apt.conf Acquire::CompressionTypes::Order, defaults): the first one the
 #: InRelease lists is the one a host downloads
@@ -60,7 +61,7 @@ def served_url(base: str, url: str) -> str:
 def _fetch(url: str, dest: Path, sha256: str | None = None, attempts: int = 5) -> Path:
     """Download `url` to `dest` (via DEST.part, then renamed), retrying transient failures; with `sha256`, keep an
     existing file that has it and refuse a download that does not. Raises OfflineError."""
-    if sha256 and dest.is_file() and _sha256(dest) == sha256:
+    if sha256 and dest.is_file() and sha256_file(dest) == sha256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
@@ -79,19 +80,11 @@ def _fetch(url: str, dest: Path, sha256: str | None = None, attempts: int = 5) -
                 part.unlink(missing_ok=True)
                 raise OfflineError(f"{url}: {e}") from None
         time.sleep(3)
-    if sha256 and (have := _sha256(part)) != sha256:
+    if sha256 and (have := sha256_file(part)) != sha256:
         part.unlink(missing_ok=True)
         raise OfflineError(f"{url}: sha256 {have} is not the {sha256} its index lists")
     os.replace(part, dest)
     return dest
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def release_sha256(inrelease: str) -> dict[str, tuple[str, int]]:

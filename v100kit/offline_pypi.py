@@ -37,6 +37,8 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from roles.engines import sha256_file
+
 #: The newest glibc a chosen wheel may need: the locks are resolved for x86_64-manylinux_2_28 (tools/lock_vllm.py),
 #: so every locked package has a wheel at or below it.
 MANYLINUX_GLIBC = (2, 28)
@@ -249,14 +251,6 @@ def _retrying(url: str, consume: Callable[[http.client.HTTPResponse], T], accept
     raise FetchError(f"{url}: failed {RETRIES + 1} times, {RETRY_DELAY_S:g} s apart ({'; '.join(failures)})")
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _download(url: str, target: Path, allowed: Collection[str]) -> str:
     """url -> target, whose sha256 must be in `allowed`; returns it. The bytes go to a hidden .part file beside
     target, renamed over target only once complete and verified, so target is never partial; on any failure the
@@ -307,7 +301,7 @@ def fill_file(url: str, sha256: str, dest: Path) -> Path:
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / name
-    if target.is_file() and _sha256_file(target) == sha256:
+    if target.is_file() and sha256_file(target) == sha256:
         return target
     _download(url, target, {sha256})
     return target
@@ -394,7 +388,7 @@ def fill_wheels(lock: Path, python: str, dest: Path, index_url: str = "https://p
     requirements = [r for r in lock_requirements(lock) if _applies(r, python)]
     files = Path(dest) / "files"
     files.mkdir(parents=True, exist_ok=True)
-    have = {p.name: _sha256_file(p) for p in sorted(files.glob("*.whl")) if p.is_file()}
+    have = {p.name: sha256_file(p) for p in sorted(files.glob("*.whl")) if p.is_file()}
     chosen: list[Path] = []
     missing: list[str] = []
     for req in requirements:

@@ -30,7 +30,7 @@ def pytest_args(args: argparse.Namespace) -> list[str]:
         out += ["--expect-driver-version", args.expect_driver_version]
     if args.junitxml:
         out += [f"--junitxml={Path(args.junitxml).resolve()}"]
-    return out + list(args.pytest_args or [])
+    return out + list(args.passthrough or [])
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expect-driver-version", metavar="VERSION",
                    help="a machine whose driver did not come from v100kit: the driver version it must run (its "
                         "packages are then not checked against the pin)")
-    p.set_defaults(pytest_args=[])  # what follows `--` on the command line (v100kit/cli.py main), e.g. -- -v -k gpu
+    p.set_defaults(passthrough=[])  # what follows `--` on the command line (v100kit/cli.py main), e.g. -- -v -k gpu
 
 
 def run(args: argparse.Namespace) -> int:
