@@ -11,9 +11,9 @@ Two steps, so that a model that does not fit moves no weights:
    small files whole, and of each weight file only its header, by HTTP range requests, written into a sparse file
    of the real size. The planner reads that copy like the real file (GGUF metadata and tensor table; safetensors
    header). Cached per commit under `~/.cache/v100kit/hub-headers` (a commit never changes).
-2. `download` (deploy, after the preflight accepted the plan): `hf_hub_download` of each file (it resumes a partial
-   `.incomplete` download and never exposes one), then each file checked against the hub's checksum for that
-   commit: the sha256 of an LFS file (its LFS object id), the git blob id (sha1 of "blob SIZE\\0" + content) of
+2. `download` (deploy, after the preflight accepted the plan): `hf_hub_download` of each file (it writes to a
+   temporary file and renames it only when complete: an interrupted download is never used, and starts again),
+   then each file checked against the hub's checksum for that commit: the sha256 of an LFS file (its LFS object id), the git blob id (sha1 of "blob SIZE\\0" + content) of
    another. A file that differs is removed from the cache and refused with its name; a verified file is not fetched
    again (huggingface_hub returns a cached file of a commit without asking the hub).
 """
@@ -34,6 +34,8 @@ from roles.engines import sha256_file
 HUB_SOURCE = re.compile(r"^hf://(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)"
                         r"@(?P<revision>[^/\s]+)(?:/(?P<path>\S+))?$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+#: the parts of a split GGUF (llama.cpp's gguf-split names them NAME-00001-of-00003.gguf)
+SPLIT_GGUF = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 #: weights vLLM does not load from a safetensors model (left out of a snapshot: they would double the download)
 OTHER_WEIGHTS = (".bin", ".pth", ".pt", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".tflite", ".ot")
 #: first range read of a GGUF header; doubled until the whole header (metadata + tensor table) is inside it
@@ -75,10 +77,13 @@ def endpoint() -> str:
 
 
 def hub_cache() -> Path:
-    """huggingface_hub's cache directory: HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    """huggingface_hub's cache directory: HF_HUB_CACHE as set now, else huggingface_hub's own choice (which also
+    reads HUGGINGFACE_HUB_CACHE, HF_HOME and XDG_CACHE_HOME)."""
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
-    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
 
 
 def headers_cache() -> Path:
@@ -97,7 +102,7 @@ def source_problem(value: str, needs_file: bool) -> str | None:
     if not m:
         return "not hf://ORG/REPO@COMMIT" + ("/FILE.gguf" if needs_file else "")
     if not COMMIT.match(m["revision"]):
-        return (f"revision {m['revision']!r} is not a commit hash (40 hex digits): a branch or tag moves, and the "
+        return (f"revision {m['revision']!r} is not a commit hash (40 lower-case hex digits): a branch or tag moves, and the "
                 "next deploy would serve other weights")
     if needs_file and not (m["path"] or "").endswith(".gguf"):
         return "names no .gguf file of the repository (hf://ORG/REPO@COMMIT/FILE.gguf)"
@@ -114,8 +119,29 @@ def parse(value: str) -> HubSource:
     return HubSource(m["repo"], m["revision"], m["path"])
 
 
+#: seconds to connect to the hub, and to wait for each read: huggingface_hub's own client waits forever, so a hub
+#: that accepts a connection and never answers would hang a plan or a deploy
+CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 10, 60
+_CLIENT_SET = False
+
+
+def _client() -> None:
+    """huggingface_hub's shared HTTP client, with CONNECT_TIMEOUT_S / READ_TIMEOUT_S (once per process)."""
+    global _CLIENT_SET
+    if _CLIENT_SET:
+        return
+    import httpx2
+    from huggingface_hub import set_client_factory
+    from huggingface_hub.utils._http import hf_request_event_hook
+
+    set_client_factory(lambda: httpx2.Client(event_hooks={"request": [hf_request_event_hook]}, follow_redirects=True,
+                                             timeout=httpx2.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)))
+    _CLIENT_SET = True
+
+
 def _api():
     from huggingface_hub import HfApi
+    _client()
     return HfApi(endpoint=endpoint())
 
 
@@ -134,8 +160,6 @@ def listing(src: HubSource) -> list[HubFile]:
 
 
 def _listing(src: HubSource) -> list[HubFile]:
-    from huggingface_hub.errors import HfHubHTTPError
-
     # a commit's file list never changes: kept beside the header copies, so that a later plan or deploy of the same
     # commit needs no hub at all (the files themselves are in huggingface_hub's cache)
     kept = headers_cache() / src.repo.replace("/", "--") / src.revision / ".listing.json"
@@ -144,7 +168,7 @@ def _listing(src: HubSource) -> list[HubFile]:
     else:
         try:
             tree = list(_api().list_repo_tree(src.repo, revision=src.revision, recursive=True))
-        except (HfHubHTTPError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 (HTTP status, connection, timeout, name validation: all one refusal)
             raise HubError(f"{src}: the hub's file list cannot be read ({_reason(e)})") from None
         files = [HubFile(f.path, f.size, f.blob_id, f.lfs.sha256 if f.lfs else None)
                  for f in tree if hasattr(f, "blob_id")]
@@ -153,6 +177,10 @@ def _listing(src: HubSource) -> list[HubFile]:
         part.write_text(json.dumps([f.__dict__ for f in files]))
         os.replace(part, kept)
     if src.path:
+        if SPLIT_GGUF.search(src.path):
+            raise HubError(f"{src}: a split GGUF (one part of several): the toolkit places one file per instance; "
+                           "merge the parts with llama.cpp's `llama-gguf-split --merge` and give that file (a local "
+                           "path), or choose a quant type that fits in one file")
         chosen = [f for f in files if f.path == src.path]
         if not chosen:
             raise HubError(f"{src}: the repository has no {src.path} at this commit (its .gguf files: "
@@ -160,6 +188,10 @@ def _listing(src: HubSource) -> list[HubFile]:
         return chosen
     chosen = [f for f in files if "/" not in f.path and not f.path.startswith(".")
               and not f.path.endswith(OTHER_WEIGHTS)]
+    if any(f.path.endswith(".safetensors") and not f.path.startswith("consolidated") for f in chosen):
+        # Mistral's repositories carry the same weights twice: consolidated*.safetensors (its own format) beside
+        # the Hugging Face shards that vLLM loads
+        chosen = [f for f in chosen if not (f.path.startswith("consolidated") and f.path.endswith(".safetensors"))]
     if not any(f.path.endswith(".safetensors") for f in chosen):
         raise HubError(f"{src}: no .safetensors weights at the top of the repository (vLLM on this toolkit loads "
                        "safetensors)")
@@ -176,18 +208,24 @@ def _get_range(src: HubSource, path: str, start: int, end: int) -> bytes:
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session
 
+    _client()
     url = hf_hub_url(src.repo, path, revision=src.revision, endpoint=endpoint())
     headers = {**build_hf_headers(), "Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"}
+    data = bytearray()
     try:
-        response = get_session().get(url, headers=headers, follow_redirects=True, timeout=60)
-    except OSError as e:
+        with get_session().stream("GET", url, headers=headers, follow_redirects=True) as response:
+            if response.status_code not in (200, 206):
+                raise HubError(f"{src}: {path}: HTTP {response.status_code} for a range request")
+            skip = start if response.status_code == 200 else 0  # a server that ignores Range sends the whole file:
+            for chunk in response.iter_bytes():                 # read only up to `end`, then hang up
+                data += chunk
+                if len(data) >= skip + end + 1 - start:
+                    break
+    except HubError:
+        raise
+    except Exception as e:  # noqa: BLE001 (connection, timeout: one refusal)
         raise HubError(f"{src}: {path}: {_reason(e)}") from None
-    if response.status_code not in (200, 206):
-        raise HubError(f"{src}: {path}: HTTP {response.status_code} for a range request")
-    data = response.content
-    if response.status_code == 200:  # a server that ignores Range sends the whole file
-        data = data[start:end + 1]
-    return data
+    return bytes(data[skip:skip + end + 1 - start])
 
 
 def _sparse(path: Path, head: bytes, size: int) -> None:
@@ -210,7 +248,9 @@ def _gguf_header_end(path: Path) -> int:
 def _copy_gguf_header(src: HubSource, f: HubFile, dest: Path) -> None:
     want = GGUF_FIRST_READ
     while True:
-        head = _get_range(src, f.path, 0, min(want, f.size) - 1)
+        head = _get_range(src, f.path, 0, min(want, f.size, GGUF_MAX_HEADER) - 1)
+        if head[:4] != b"GGUF":  # the format's magic (GGUF spec): not a GGUF at all, whatever its name
+            raise HubError(f"{src}: {f.path}: not a GGUF file (it starts with {head[:4]!r}, not b'GGUF')")
         _sparse(dest, head, f.size)
         try:
             end = _gguf_header_end(dest)
@@ -219,7 +259,7 @@ def _copy_gguf_header(src: HubSource, f: HubFile, dest: Path) -> None:
         # the reader parses front to back: if it ended inside the bytes read, every byte it used was real
         if end is not None and end <= len(head):
             return
-        if len(head) >= f.size or want >= GGUF_MAX_HEADER:
+        if len(head) >= f.size or len(head) >= GGUF_MAX_HEADER:
             dest.unlink(missing_ok=True)
             raise HubError(f"{src}: {f.path}: no GGUF header within its first {len(head)} bytes")
         want *= 4
@@ -247,8 +287,12 @@ def header_copy(src: HubSource) -> Path:
             _copy_gguf_header(src, f, dest)
         elif f.path.endswith(".safetensors"):
             _copy_safetensors_header(src, f, dest)
-        elif f.sha256 is None:  # a small file kept in git: config.json, the tokenizer's files
-            _sparse(dest, _get_range(src, f.path, 0, max(f.size - 1, 0)) if f.size else b"", f.size)
+        elif f.sha256 is None:  # a small file kept in git: config.json, the tokenizer's files, checked like a download
+            data = _get_range(src, f.path, 0, max(f.size - 1, 0)) if f.size else b""
+            if (have := git_blob_bytes_id(data)) != f.git_oid:
+                raise HubError(f"{src}: {f.path}: git blob id {have} is not the hub's {f.git_oid} for this commit "
+                               "(the mirror or the download altered it)")
+            _sparse(dest, data, f.size)
     done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(str(src))
     return root / src.path if src.path else root
@@ -261,6 +305,11 @@ def is_header_copy(path: str | Path) -> bool:
         return True
     except ValueError:
         return False
+
+
+def git_blob_bytes_id(data: bytes) -> str:
+    """The git blob id of `data`: sha1 of b"blob SIZE\\0" + data (git's object format)."""
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
 
 
 def git_blob_id(path: Path) -> str:
@@ -297,14 +346,14 @@ def download(src: HubSource) -> Path:
     GGUF file's path (with a file) or the snapshot directory. A file that fails the check is removed from the cache
     (blob and link) and HubError names it."""
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError
 
-    snapshot = None
-    for f in listing(src):
+    _client()
+    files, snapshot = listing(src), None
+    for f in files:
         try:
             local = Path(hf_hub_download(src.repo, f.path, revision=src.revision, endpoint=endpoint(),
                                          cache_dir=hub_cache()))
-        except (HfHubHTTPError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 (HTTP status, connection, timeout: one refusal)
             raise HubError(f"{src}: {f.path}: download failed ({_reason(e)})") from None
         try:
             verify(src, f, local)
@@ -313,9 +362,24 @@ def download(src: HubSource) -> Path:
             local.unlink(missing_ok=True)
             blob.unlink(missing_ok=True)
             raise
-        snapshot = Path(str(local)[: -len(f.path)]).resolve() if snapshot is None else snapshot
+        snapshot = Path(str(local)[: -len(f.path)]) if snapshot is None else snapshot
     assert snapshot is not None  # listing() returns at least one file
-    return snapshot / src.path if src.path else snapshot
+    if src.path:
+        return snapshot / src.path
+    # the snapshot directory may hold more than this source takes (files fetched for this commit by other tools):
+    # the model directory the roles copy is one of links to exactly the verified files
+    model = headers_cache().parent / "hub-models" / src.repo.replace("/", "--") / src.revision
+    model.mkdir(parents=True, exist_ok=True)
+    wanted = {f.path for f in files}
+    for old in model.iterdir():
+        if old.name not in wanted:
+            old.unlink()
+    for f in files:
+        link = model / f.path
+        if not link.is_symlink() or link.resolve() != (snapshot / f.path).resolve():
+            link.unlink(missing_ok=True)
+            link.symlink_to((snapshot / f.path).resolve())
+    return model
 
 
 def sha256_of(src: HubSource) -> str:

@@ -345,6 +345,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
         resolved, more = instance(name, inst, settings, gpus, host_has_file, tree)
         problems += clashes[name] + more
         instances.append(resolved)
+    problems += placement_clashes(instances)
     if tk is None:
         return None, problems
     problems += flash_attn_problems(instances)
@@ -353,6 +354,24 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     args = cmake_args(settings, tk, archs)
     return LlamaCppPlan(src, not is_url(src.url), tk, archs, args, prefix(src, tk, archs, args), tuple(instances),
                         gpu_visible=bool(gpus)), []
+
+
+def placement_clashes(instances: list[Instance]) -> list[str]:
+    """One problem per instance whose model_source would be placed at the same host path as another instance's
+    with a different sha256 (sources are placed as <home>/models/<file name>): the second copy would overwrite the
+    first, and each deploy would swap them. The same file for two instances is fine."""
+    first: dict[str, Instance] = {}
+    problems = []
+    for inst in instances:
+        if not inst.model_source or not inst.model_path:
+            continue
+        other = first.setdefault(inst.model_path, inst)
+        if other is not inst and other.settings.model_sha256 != inst.settings.model_sha256:
+            problems.append(problem(f"llama_cpp_instances.{inst.name}.model_source", inst.settings.model_source,
+                                    f"placed at {inst.model_path} like instance {other.name!r}'s model, which is "
+                                    "another file (another sha256)", "rename one of the files (give it as a local "
+                                    "path under another name), or serve one model"))
+    return problems
 
 
 def environment(inst: Instance, flash_attn_style: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 from lab.data import OFFLINE_HOST, offline_lab
 from lab.harness import LAB_BRIDGE_ADDRESS, LAB_CACHE, LAB_NET_PREFIX, Lab
 from lab.provision import REUSED, ROOT, deploy
-from v100kit.offline import data_args, deploy_data, serve
+from v100kit.offline import DEFAULT_PORT, data_args, deploy_data, serve
 
 pytestmark = pytest.mark.cluster  # ordered last with the cluster: it frees the bundled hosts for disk
 
@@ -40,7 +40,8 @@ def offline():
     fill = subprocess.run([*V100KIT, "offline", "fill", str(DIRECTORY), INVENTORY], capture_output=True, text=True)
     assert fill.returncode == 0, fill.stdout[-2000:] + fill.stderr[-4000:]
     requests: list[tuple[str, str]] = []
-    with serve(DIRECTORY, LAB_BRIDGE_ADDRESS, record=requests) as base:
+    # the port `v100kit offline deploy` uses: the same URLs in the host's sources, so its deploy changes nothing
+    with serve(DIRECTORY, LAB_BRIDGE_ADDRESS, DEFAULT_PORT, record=requests) as base:
         args = data_args(deploy_data(DIRECTORY, base))
         first = deploy("offline-deploy-1", args, inventory=INVENTORY)
         assert first.rc == 0, f"offline deploy failed; log: build/lab-logs/offline-deploy-1.log\n{first.stderr[-4000:]}"

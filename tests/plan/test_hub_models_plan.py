@@ -190,3 +190,47 @@ def test_the_header_copy_reads_like_the_real_file_wherever_the_first_read_ends(s
     copy = hub.header_copy(hub.parse(f"hf://org/big-gguf@{BIG_COMMIT}/big-F16.gguf"))
     assert read_gguf(copy) == read_gguf(real)
     assert copy.stat().st_size == real.stat().st_size
+
+
+def test_two_instances_whose_files_share_a_name_are_refused(stand_in, repos, tmp_path):
+    """Two repositories (here: one repository and a local copy with other bytes) each with tiny-F32.gguf would
+    both be placed at models/tiny-F32.gguf: refused instead of one overwriting the other."""
+    other = tmp_path / "tiny-F32.gguf"
+    other.write_bytes((repos["gguf"] / "tiny-F32.gguf").read_bytes()[:-4] + b"\0\0\0\1")
+    data = {"llama_cpp_instances": {
+        "a": {"model_source": f"hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf", "port": 8081},
+        "b": {"model_source": str(other), "model_sha256": sha256(other), "port": 8082}}}
+    with pytest.raises(SettingsError, match=r"llama_cpp_instances\.b\.model_source = .*placed at "
+                                            r"/var/lib/llm/models/tiny-F32\.gguf like instance 'a'"):
+        llama_plan(data)
+
+
+def test_a_split_gguf_is_refused_with_the_way_to_merge_it(stand_in):
+    source = f"hf://org/tiny-gguf@{GGUF_COMMIT}/big-Q8_0-00001-of-00002.gguf"
+    with pytest.raises(SettingsError, match=r"split GGUF.*llama-gguf-split --merge"):
+        llama_plan(llama(source))
+    assert not [r for r in stand_in.requests if "resolve" in r["path"]]
+
+
+def test_a_tampered_small_file_is_refused_before_the_plan_reads_it(stand_in, repos):
+    """config.json altered in transit (same size, another trained context): refused by its git blob id at the
+    header copy, and not kept: the mended mirror then serves the plan."""
+    true = (repos["hf"] / "config.json").read_bytes()
+    stand_in.tamper["config.json"] = true.replace(b"8192", b"1024")
+    data = {"vllm_instances": {"tiny": {"model_source": f"hf://org/tiny@{HF_COMMIT}"}}}
+    with pytest.raises(SettingsError, match=r"config\.json: git blob id .* is not the hub's"):
+        plan_uploads_raw(UBUNTU_2404, data, V100_16)
+    del stand_in.tamper["config.json"]
+    _, uploads = plan_uploads_raw(UBUNTU_2404, data, V100_16)
+    assert uploads[f"{HOME}/models/tiny/config.json"] == true
+
+
+def test_only_the_verified_files_of_a_snapshot_reach_the_host(stand_in, repos):
+    """A file that another tool fetched into the same snapshot of the hub cache is not copied."""
+    data = {"vllm_instances": {"tiny": {"model_source": f"hf://org/tiny@{HF_COMMIT}"}}}
+    plan_uploads_raw(UBUNTU_2404, data, V100_16)
+    snapshot = next(Path(hub.hub_cache()).glob(f"models--org--tiny/snapshots/{HF_COMMIT}"))
+    (snapshot / "pytorch_model.bin").write_bytes(b"fetched by another tool")
+    hub._VERIFIED.clear()
+    _, uploads = plan_uploads_raw(UBUNTU_2404, data, V100_16)
+    assert not [p for p in uploads if p.endswith("pytorch_model.bin")]
