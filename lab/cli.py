@@ -46,13 +46,13 @@ def run(args: argparse.Namespace) -> int:
             for s in specs:
                 lab.destroy(s)
                 print(f"{s.name}: destroyed")
-            if not args.hosts:  # and the Ray cluster's hosts, which tests/lab/test_ray_cluster.py starts
-                from lab.data import CLUSTER_HOSTS, cluster_lab
-                cluster = cluster_lab()
-                for s in CLUSTER_HOSTS:
-                    if cluster.host_dir(s).exists():
-                        cluster.destroy(s)
-                        print(f"{s.name}: destroyed")
+            if not args.hosts:  # and the hosts tests/lab/test_ray_cluster.py and test_offline.py start
+                from lab.data import CLUSTER_HOSTS, OFFLINE_HOST, cluster_lab, offline_lab
+                for other, hosts in ((cluster_lab(), CLUSTER_HOSTS), (offline_lab(), (OFFLINE_HOST,))):
+                    for s in hosts:
+                        if other.host_dir(s).exists():
+                            other.destroy(s)
+                            print(f"{s.name}: destroyed")
     except LabError as e:
         print(f"lab: {e}", file=sys.stderr)
         return 1
