@@ -1,6 +1,6 @@
 # make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification (tens of minutes)
 # make test       every test: settings, plan-level and lab (fresh lab hosts, tens of minutes on 2 cores)
-# make test-fast  settings and plan-level tests only (about 2 minutes on 2 cores, no lab, no root)
+# make test-fast  settings and plan-level tests only (about 3.5 minutes on 2 cores, no lab, no root)
 # make mutation   mutation testing of the decision modules (mutmut; an hour or more, not part of make test)
 .PHONY: setup setup-lab lab test test-fast mutation clean-lab
 
