@@ -19,10 +19,10 @@ LLAMA_PORTS = {"lab-bookworm": 18081, "lab-trixie": 18082, "lab-offline": 18081}
 #: Lab hosts that build llama.cpp and serve the tiny model: both, so that every run proves the build with both
 #: lab toolkits (CUDA 11.8 with g++-11 on Debian 12, CUDA 12.4 on Debian 13). A cold CUDA build takes ~12 min of
 #: both cores; the lab cache's ccache (bound into the hosts) makes a warm one take well under a minute.
-LLAMA_HOSTS = ("lab-bookworm", "lab-trixie", "lab-offline")
+LLAMA_HOSTS = ("lab-bookworm", "lab-trixie")
 #: Lab hosts with a vLLM instance: Debian 12, whose Python 3.11 has wheels for the default vLLM (Debian 13's 3.13
 #: has none for it: tests/lab/test_vllm.py checks that refusal). Its port:
-VLLM_HOSTS = ("lab-bookworm", "lab-offline")
+VLLM_HOSTS = ("lab-bookworm",)
 VLLM_PORT = 18091
 
 
@@ -103,7 +103,7 @@ def vllm_instance() -> dict:
 def host_data(spec: HostSpec) -> dict:
     """The settings of one lab host (what group_data would hold for a real box)."""
     data = dict(spec.data)
-    if spec.name in LLAMA_HOSTS:
+    if spec.name in LLAMA_HOSTS or spec.offline:  # the offline host gets lab-bookworm's whole stack
         source, model = llama_cpp_default_source(), tiny_model()
         data.update({
             "llama_cpp_ref": DEFAULT_SOURCE.ref,
@@ -114,7 +114,7 @@ def host_data(spec: HostSpec) -> dict:
                 # 8192 tokens: a KV cache of ~1 MiB, so that llama-server's 2-decimal MiB figure can be compared
                 "context": 8192, "api_key_file": str(api_key_file())}},
         })
-    if spec.name in VLLM_HOSTS:
+    if spec.name in VLLM_HOSTS or spec.offline:
         data["vllm_instances"] = {"tiny": vllm_instance()}
     if spec.group == CLUSTER_GROUP:
         data.update(cluster_data())
