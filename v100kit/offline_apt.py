@@ -17,9 +17,6 @@ import re
 import shlex
 import subprocess
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -58,32 +55,19 @@ def served_url(base: str, url: str) -> str:
     return f"{base.rstrip('/')}/{u.netloc}/{u.path.lstrip('/')}"
 
 
-def _fetch(url: str, dest: Path, sha256: str | None = None, attempts: int = 5) -> Path:
-    """Download `url` to `dest` (via DEST.part, then renamed), retrying transient failures; with `sha256`, keep an
-    existing file that has it and refuse a download that does not. Raises OfflineError."""
+def _fetch(url: str, dest: Path, sha256: str | None = None) -> Path:
+    """Download `url` to `dest` with offline_pypi's downloader (a .part file renamed once complete, transient
+    failures retried); with `sha256`, keep an existing file that has it and refuse a download that does not.
+    Raises OfflineError."""
+    from v100kit.offline_pypi import OfflinePypiError, _download
+
     if sha256 and dest.is_file() and sha256_file(dest) == sha256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
-    for attempt in range(1, attempts + 1):
-        try:
-            with urllib.request.urlopen(url, timeout=60) as r, open(part, "wb") as f:
-                while chunk := r.read(1 << 20):
-                    f.write(chunk)
-            break
-        except urllib.error.HTTPError as e:
-            if (e.code not in (408, 429) and e.code < 500) or attempt == attempts:
-                part.unlink(missing_ok=True)
-                raise OfflineError(f"{url}: HTTP {e.code}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            if attempt == attempts:
-                part.unlink(missing_ok=True)
-                raise OfflineError(f"{url}: {e}") from None
-        time.sleep(3)
-    if sha256 and (have := sha256_file(part)) != sha256:
-        part.unlink(missing_ok=True)
-        raise OfflineError(f"{url}: sha256 {have} is not the {sha256} its index lists")
-    os.replace(part, dest)
+    try:
+        _download(url, dest, {sha256} if sha256 else None)
+    except (OfflinePypiError, OSError) as e:
+        raise OfflineError(f"{url}: {e}") from None
     return dest
 
 

@@ -251,8 +251,9 @@ def _retrying(url: str, consume: Callable[[http.client.HTTPResponse], T], accept
     raise FetchError(f"{url}: failed {RETRIES + 1} times, {RETRY_DELAY_S:g} s apart ({'; '.join(failures)})")
 
 
-def _download(url: str, target: Path, allowed: Collection[str]) -> str:
-    """url -> target, whose sha256 must be in `allowed`; returns it. The bytes go to a hidden .part file beside
+def _download(url: str, target: Path, allowed: Collection[str] | None) -> str:
+    """url -> target, whose sha256 must be in `allowed` (None: any, for a file checked by what it lists, such as a
+    signed InRelease); returns it. The bytes go to a hidden .part file beside
     target, renamed over target only once complete and verified, so target is never partial; on any failure the
     .part file is removed and target is left as it was. Raises HashMismatch or FetchError."""
     fd, part = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
@@ -272,7 +273,7 @@ def _download(url: str, target: Path, allowed: Collection[str]) -> str:
             got = _retrying(url, consume)
             out.flush()
             os.fsync(out.fileno())  # renamed only once on disk: a crash leaves the old file or the whole new one
-        if got not in allowed:
+        if allowed is not None and got not in allowed:
             raise HashMismatch(f"{url}: sha256 {got} is not the pinned {' or '.join(sorted(allowed))}: the server "
                                "sent other bytes than the pinned file (a mirror must serve PyPI's exact files); "
                                "nothing was kept")
