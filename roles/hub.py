@@ -27,6 +27,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from roles.engines import sha256_file
 
@@ -139,12 +140,6 @@ def _client() -> None:
     _CLIENT_SET = True
 
 
-def _api():
-    from huggingface_hub import HfApi
-    _client()
-    return HfApi(endpoint=endpoint())
-
-
 #: (endpoint, source) -> its listing: a commit's files never change, so the hub is asked once per run
 _LISTINGS: dict[tuple[str, str], list[HubFile]] = {}
 
@@ -167,11 +162,9 @@ def _listing(src: HubSource) -> list[HubFile]:
         files = [HubFile(**f) for f in json.loads(kept.read_text())]
     else:
         try:
-            tree = list(_api().list_repo_tree(src.repo, revision=src.revision, recursive=True))
+            files = _tree(src)
         except Exception as e:  # noqa: BLE001 (HTTP status, connection, timeout, name validation: all one refusal)
             raise HubError(f"{src}: the hub's file list cannot be read ({_reason(e)})") from None
-        files = [HubFile(f.path, f.size, f.blob_id, f.lfs.sha256 if f.lfs else None)
-                 for f in tree if hasattr(f, "blob_id")]
         kept.parent.mkdir(parents=True, exist_ok=True)
         part = kept.with_name(f"{kept.name}.{os.getpid()}.part")
         part.write_text(json.dumps([f.__dict__ for f in files]))
@@ -196,6 +189,32 @@ def _listing(src: HubSource) -> list[HubFile]:
         raise HubError(f"{src}: no .safetensors weights at the top of the repository (vLLM on this toolkit loads "
                        "safetensors)")
     return chosen
+
+
+def _tree(src: HubSource) -> list[HubFile]:
+    """Every file of the repository at the commit, from the hub's tree API (`/api/models/REPO/tree/REV`, the
+    request HfApi.list_repo_tree makes, page by page). Our own loop because list_repo_tree sends its requests with
+    no timeout at all (huggingface_hub 2.4.0 passes timeout=None, which overrides the client's): here each request
+    has CONNECT_TIMEOUT_S / READ_TIMEOUT_S, a timeout is not retried, and 429/5xx answers are (http_backoff).
+    Raises huggingface_hub's errors (RepositoryNotFoundError, RevisionNotFoundError, ...) or httpx2's."""
+    import httpx2
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
+
+    _client()
+    url: str | None = f"{endpoint()}/api/models/{src.repo}/tree/{quote(src.revision, safe='')}"
+    params: dict | None = {"recursive": True, "expand": False}
+    files = []
+    while url:
+        response = http_backoff("GET", url, params=params, headers=build_hf_headers(), retry_on_exceptions=(),
+                                timeout=httpx2.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        hf_raise_for_status(response)
+        for entry in response.json():
+            if entry.get("type") == "file":
+                f = RepoFile(**entry)
+                files.append(HubFile(f.path, f.size, f.blob_id, f.lfs.sha256 if f.lfs else None))
+        url, params = response.links.get("next", {}).get("url"), None  # the next page's URL carries its query
+    return files
 
 
 def _reason(e: Exception) -> str:

@@ -234,3 +234,40 @@ def test_only_the_verified_files_of_a_snapshot_reach_the_host(stand_in, repos):
     hub._VERIFIED.clear()
     _, uploads = plan_uploads_raw(UBUNTU_2404, data, V100_16)
     assert not [p for p in uploads if p.endswith("pytorch_model.bin")]
+
+
+def test_a_hub_that_accepts_and_never_answers_is_refused_not_waited_for(tmp_path, monkeypatch):
+    """A mirror that takes the connection and then says nothing (a stuck proxy): the plan is refused, naming the
+    source and the timeout, after about one read timeout, not left hanging (huggingface_hub's own list_repo_tree
+    waits forever there)."""
+    import re
+    import socket
+    import threading
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the handshake; nobody ever reads or answers
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("V100KIT_HUB_HEADERS", str(tmp_path / "headers"))
+    monkeypatch.setattr(hub, "READ_TIMEOUT_S", 2)
+    hub._LISTINGS.clear()
+    raised: list[BaseException] = []
+
+    def plan() -> None:
+        try:
+            plan_uploads_raw(DEBIAN_13, llama(f"hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf"), V100_16)
+        except BaseException as e:  # noqa: BLE001 (handed to the test's thread)
+            raised.append(e)
+
+    worker = threading.Thread(target=plan, daemon=True)  # a daemon: a plan that does hang fails this test, not CI
+    started = time.monotonic()
+    worker.start()
+    worker.join(60)
+    silent.close()
+    assert not worker.is_alive(), "the plan still waits for a hub that never answers"
+    assert time.monotonic() - started < 30
+    assert raised and isinstance(raised[0], SettingsError)
+    assert re.search(rf"model_source = 'hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf'.*file list cannot be read "
+                     r"\(.*timed out", str(raised[0]), re.S), raised[0]
