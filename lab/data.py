@@ -43,6 +43,11 @@ OFFLINE_HOST = HostSpec("lab-offline", "bookworm", 22, OFFLINE_GROUP, dict(LAB_D
                         offline=True)
 
 
+#: the offline host's model is given as a URL of the control machine's loopback, served there only while
+#: `v100kit offline fill` runs (tests/lab/test_offline.py): the host can get it from the offline directory alone
+OFFLINE_MODEL_PORT = 18099
+
+
 def offline_lab() -> Lab:
     """The Lab that manages OFFLINE_HOST."""
     return Lab(LAB_STATE / "offline", LAB_CACHE, hosts=(OFFLINE_HOST,))
@@ -114,6 +119,8 @@ def host_data(spec: HostSpec) -> dict:
                 # 8192 tokens: a KV cache of ~1 MiB, so that llama-server's 2-decimal MiB figure can be compared
                 "context": 8192, "api_key_file": str(api_key_file())}},
         })
+    if spec.offline:
+        data["llama_cpp_instances"]["tiny"]["model_source"] = f"http://127.0.0.1:{OFFLINE_MODEL_PORT}/{model.name}"
     if spec.name in VLLM_HOSTS or spec.offline:
         data["vllm_instances"] = {"tiny": vllm_instance()}
     if spec.group == CLUSTER_GROUP:

@@ -249,6 +249,11 @@ class Settings(BaseModel):
         None, description="how this llama.cpp takes -fa: value (-fa on|off|auto, builds since about b6327) or flag "
                           "(bare -fa, older builds); None: the pinned source's own style (files/llama_cpp/<ref>.json), value "
                           "for another source")
+    llama_cpp_model_mirror: str | None = Field(
+        None, pattern=r"^https?://\S+$",
+        description="URL of a directory holding the models given as URLs as SHA256/FILE (their model_sha256 and file "
+                    "name; `v100kit offline fill` makes one); the host downloads them from there, still checked "
+                    "against model_sha256; None: from each model_source URL")
     llama_cpp_build_jobs: int = Field(2, ge=1, le=256, description="parallel compile jobs")
     llama_cpp_start_timeout_s: int = Field(
         600, ge=10, le=7200, description="after a (re)start on a GPU host, how long the deploy waits for /health "

@@ -9,7 +9,8 @@ machine.
 - apt: each repository's signed InRelease, the indexes apt reads, and the .debs the host lacks for the packages
   the deploy installs (v100kit/offline_apt.py), in the archives' own layout;
 - PyPI: every wheel of the host's vLLM lock and the pinned uv wheel, as a simple index (v100kit/offline_pypi.py);
-- files: the llama.cpp source archive and models given as URLs, and NVIDIA's repository key where a host uses it.
+- files: the llama.cpp source archive, NVIDIA's repository key where a host uses it, and the models given as
+  URLs (as models/SHA256/FILE, served through llama_cpp_model_mirror).
 Every file is checked on the way in against the checksum the deploy checks it against (the InRelease and index
 sha256, the lock's hashes, the pinned sha256s); the hosts check them again. Models from the control machine or a
 Hugging Face commit are pushed by the deploy over SSH as always (a hub commit is fetched into the hub cache by
@@ -34,6 +35,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
+from roles.engines import is_url
 from v100kit import offline_apt, offline_pypi
 from v100kit.hosts import ROOT, inventory_path
 
@@ -194,6 +196,12 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
                 path = offline_pypi.fill_file(src.url, src.sha256, directory / "files")
                 data.update(llama_cpp_source=f"{{base}}/files/{path.name}", llama_cpp_source_sha256=src.sha256)
                 report.append(f"{host.name}: llama.cpp source {path.name}")
+            for inst in plan.llama_cpp.instances if plan.llama_cpp else ():
+                if is_url(url := inst.settings.model_source or ""):  # served as MIRROR/SHA256/FILE
+                    sha = inst.settings.model_sha256
+                    path = offline_pypi.fill_file(url, sha, directory / "models" / sha)
+                    data["llama_cpp_model_mirror"] = "{base}/models"
+                    report.append(f"{host.name}: {inst.name}: model {path.name} ({path.stat().st_size / 2**30:.2f} GiB)")
     (directory / "settings.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     report.append(f"{directory}/settings.json: {', '.join(sorted(data))}")
     return report

@@ -220,11 +220,15 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     the GPU where the plan offloads the others, else None). It needs
     model_sha256; a control-machine file (`~` expanded) must exist, have that sha256, be a GGUF the pinned tree can
     load, within its trained context, with KV cache types that keep attention on the GPU, and pass memory_plan.
-    A URL is checked on the host by files.download (its header is not read: the KV choice is then None)."""
+    A URL is checked on the host by files.download (its header is not read: the KV choice is then None); with
+    llama_cpp_model_mirror it is fetched from MIRROR/<model_sha256>/<its file name> instead."""
     if not inst.model_sha256:
         return inst.model_source, None, None, [problem(f"{key}.model_sha256", None, "model_source needs a checksum",
                                                        "set model_sha256 to the file's sha256")], None
     if is_url(inst.model_source):
+        if settings.llama_cpp_model_mirror:  # same file, same checksum, another server
+            name = Path(urlparse(inst.model_source).path).name
+            return f"{settings.llama_cpp_model_mirror.rstrip('/')}/{inst.model_sha256}/{name}", None, None, [], None
         return inst.model_source, None, None, [], None
     path = str(Path(inst.model_source).expanduser())
     if not Path(path).is_file():

@@ -3,7 +3,8 @@ lab-offline (lab/data.py OFFLINE_HOST), Debian 12 in its own network namespace, 
 it can reach, no shared apt or wheel cache. `v100kit offline fill` reads it over SSH and fills a directory on the
 control machine; the deploy then gets every .deb, wheel and archive from that directory, served on the lab bridge
 for the length of the deploy: driver, CUDA, the llama.cpp build, the vLLM venv and both services. The directory is
-kept in the lab cache between runs (its wheels are GBs)."""
+kept in the lab cache between runs (its wheels are GBs). The host's GGUF is given as a URL on the control
+machine's loopback, up only while the directory is filled."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from lab.data import OFFLINE_HOST, offline_lab
+from lab.data import OFFLINE_HOST, OFFLINE_MODEL_PORT, offline_lab, sha256_of, tiny_model
 from lab.harness import LAB_BRIDGE_ADDRESS, LAB_CACHE, LAB_NET_PREFIX, Lab
 from lab.provision import REUSED, ROOT, deploy
 from v100kit.offline import DEFAULT_PORT, data_args, deploy_data, serve
@@ -37,7 +38,9 @@ def offline():
             bundled.destroy(s)
         lab.destroy(OFFLINE_HOST)
     lab.up(OFFLINE_HOST)
-    fill = subprocess.run([*V100KIT, "offline", "fill", str(DIRECTORY), INVENTORY], capture_output=True, text=True)
+    with serve(tiny_model().parent, "127.0.0.1", OFFLINE_MODEL_PORT):  # the model's URL exists for the fill only
+        fill = subprocess.run([*V100KIT, "offline", "fill", str(DIRECTORY), INVENTORY], capture_output=True,
+                              text=True)
     assert fill.returncode == 0, fill.stdout[-2000:] + fill.stderr[-4000:]
     requests: list[tuple[str, str]] = []
     # the port `v100kit offline deploy` uses: the same URLs in the host's sources, so its deploy changes nothing
@@ -75,6 +78,9 @@ def test_every_request_came_from_the_host_to_the_directory(offline):
     if not REUSED:  # a fresh host installs everything: its .debs and wheels came from the directory
         assert any(p.endswith(".deb") for p in paths)
         assert any("/pypi/simple/" in p for p in paths) and any(p.endswith(".whl") for p in paths)
+        # the model given as a URL that only the control machine's loopback served, from the directory by sha256
+        model = tiny_model()
+        assert f"/models/{sha256_of(model)}/{model.name}" in paths
 
 
 def test_offline_deploy_provisions_the_whole_stack_and_a_second_changes_nothing(offline):

@@ -133,3 +133,22 @@ def test_plan_model_that_does_not_fit_is_refused_before_any_command(tmp_path):
                                   "llama_cpp_instances": {"tiny": {**inst, "context": 2_000_000}}})
     assert "llama_cpp_instances.tiny" in str(e.value) and "does not fit in 1 x 1024 MiB" in str(e.value)
     assert "shorten context" in str(e.value)
+
+
+def test_plan_model_url_comes_from_the_model_mirror_by_its_sha256_still_checked():
+    """llama_cpp_model_mirror (what `v100kit offline fill` serves): the host fetches MIRROR/<sha256>/<file name>
+    instead of the model's own URL, into the same place, against the same model_sha256."""
+    mirror = "http://10.0.0.1:8765/models"
+    cmds = [str(c) for c in plan_commands(DEBIAN_13, {"llama_cpp_model_mirror": mirror + "/",
+                                                      "llama_cpp_instances": {"tiny": MODEL}})]
+    fetch = [c for c in cmds if c.startswith("curl ")]
+    assert f"{mirror}/{'a' * 64}/tiny.gguf -o" in fetch[-1], fetch
+    placed = cmds.index(next(c for c in cmds if c.startswith("mv ") and c.endswith(" /var/lib/llm/models/tiny.gguf")))
+    assert any(c.startswith("((") and "sha256sum /var/lib/llm/models/tiny.gguf" in c and "grep " + "a" * 64 in c
+               for c in cmds[placed:placed + 4])
+    assert not [c for c in cmds if "models.example" in c]
+
+
+def test_model_mirror_that_is_not_a_url_is_refused_naming_the_setting():
+    with pytest.raises(SettingsError, match=r"llama_cpp_model_mirror.*/srv/models"):
+        plan_commands(DEBIAN_13, {"llama_cpp_model_mirror": "/srv/models", "llama_cpp_instances": {"tiny": MODEL}})
