@@ -140,9 +140,7 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
     from pyinfra_cli.inventory import make_inventory
     from pyinfra_cli.util import load_deploy_file
 
-    from roles.base.decide import COMPONENTS, managed_repositories
     from roles.preflight import preflight
-    from roles.vllm.versions import UV_WHEEL_SHA256, UV_WHEEL_URL
 
     directory.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)
@@ -156,7 +154,6 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
     with ctx_state.use(state):
         connect_all(state)
         load_deploy_file(state, str(ROOT / "deploy.py"))  # runs each host's preflight: refusals stop here
-        apt_root = directory / "apt"
         for host in state.activated_hosts:
             if limit and host.name not in limit:
                 continue
@@ -164,44 +161,68 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
                 plan = preflight(host)
                 commands = host_commands(state, host)
                 status = host.get_fact(Command, command="cat /var/lib/dpkg/status")
-            packages = offline_apt.apt_packages(commands)
-            repos = [(uri, suites, () if suites == ("/",) else COMPONENTS[plan.platform.family])
-                     for uri, suites in managed_repositories(plan.settings, plan.platform)]
-            for uri, suites, components in repos:
-                for suite in suites:
-                    offline_apt.fill_repository(apt_root, uri, suite, components, "amd64")
-                if suites == ("/",):  # NVIDIA's repository key, fetched by the cuda role from the same URI
-                    offline_apt._fetch(uri + "3bf863cc.pub", offline_apt.local_path(apt_root, uri + "3bf863cc.pub"))
-            with serve(apt_root, "127.0.0.1") as base:
-                debs = offline_apt.resolve(apt_root, repos, packages, status, "amd64", base)
-            offline_apt.fill_debs(apt_root, debs, {urlparse(u).netloc: urlparse(u).scheme for u, _, _ in repos})
-            report.append(f"{host.name}: apt: {len(packages)} packages asked for, {len(debs)} .debs "
-                          f"({sum(d.size for d in debs) / 2**30:.2f} GiB)")
-            # managed_repositories' order: the distribution, its security archive, NVIDIA's repository
-            for (uri, suites, _), key in zip(repos, ("base_apt_mirror", "base_apt_security_mirror",
-                                                     "cuda_nvidia_repo_url")):
-                value = offline_apt.served_url("{base}/apt", uri).rstrip("/") + ("/" if suites == ("/",) else "")
-                if data.setdefault(key, value) != value:  # one deploy passes one value to every host
-                    raise offline_apt.OfflineError(f"{host.name}: {key} would be {value}, another host's is "
-                                                   f"{data[key]}: fill and deploy one distribution at a time "
-                                                   "(--limit, or one inventory per distribution)")
-            if plan.vllm:
-                wheels = offline_pypi.fill_wheels(plan.vllm.lock, plan.vllm.python, directory / "pypi")
-                uv = offline_pypi.fill_file(UV_WHEEL_URL, UV_WHEEL_SHA256, directory / "pypi" / "files")
-                data["vllm_index_url"] = "{base}/pypi/simple"
-                data["vllm_uv_wheel_url"] = f"{{base}}/pypi/files/{uv.name}"
-                report.append(f"{host.name}: PyPI: {len(wheels)} wheels of {plan.vllm.lock.name}, uv {uv.name}")
-            if plan.llama_cpp and not plan.llama_cpp.source_is_local:
-                src = plan.llama_cpp.source
-                path = offline_pypi.fill_file(src.url, src.sha256, directory / "files")
-                data.update(llama_cpp_source=f"{{base}}/files/{path.name}", llama_cpp_source_sha256=src.sha256)
-                report.append(f"{host.name}: llama.cpp source {path.name}")
-            for inst in plan.llama_cpp.instances if plan.llama_cpp else ():
-                if is_url(url := inst.settings.model_source or ""):  # served as MIRROR/SHA256/FILE
-                    sha = inst.settings.model_sha256
-                    path = offline_pypi.fill_file(url, sha, directory / "models" / sha)
-                    data["llama_cpp_model_mirror"] = "{base}/models"
-                    report.append(f"{host.name}: {inst.name}: model {path.name} ({path.stat().st_size / 2**30:.2f} GiB)")
+            report += fill_host(directory, host.name, plan, commands, status, data)
     (directory / "settings.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     report.append(f"{directory}/settings.json: {', '.join(sorted(data))}")
+    return report
+
+
+def served_settings(repositories: list[tuple[str, tuple[str, ...], tuple[str, ...]]]) -> dict[str, str]:
+    """The settings that point a host at the directory's copies of `repositories` (roles/base/decide.py
+    managed_repositories' (URI, suites, components), in its order: the distribution, its security archive, NVIDIA's
+    flat repository), with {base} for the server's URL: base_apt_mirror, base_apt_security_mirror and
+    cuda_nvidia_repo_url, the root the cuda role appends the OS directory (ubuntu2204/x86_64/) to."""
+    out = {}
+    for (uri, suites, _), key in zip(repositories, ("base_apt_mirror", "base_apt_security_mirror",
+                                                    "cuda_nvidia_repo_url")):
+        value = offline_apt.served_url("{base}/apt", uri).rstrip("/")
+        out[key] = value.rsplit("/", 2)[0] + "/" if suites == ("/",) else value
+    return out
+
+
+def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status: str, data: dict) -> list[str]:
+    """Fill `directory` for one host: `plan` its preflight plan (roles.preflight), `commands` what its deploy would
+    run now (host_commands), `dpkg_status` its /var/lib/dpkg/status. Adds the settings a deploy from the directory
+    needs to `data` ({base} for the server's URL). Returns report lines. Raises offline_apt.OfflineError (also for
+    a host whose distribution differs from one filled before into the same `data`), offline_pypi's errors."""
+    from roles.base.decide import COMPONENTS, managed_repositories
+    from roles.vllm.versions import UV_WHEEL_SHA256, UV_WHEEL_URL
+
+    report = []
+    apt_root = directory / "apt"
+    packages = offline_apt.apt_packages(commands)
+    repos = [(uri, suites, () if suites == ("/",) else COMPONENTS[plan.platform.family])
+             for uri, suites in managed_repositories(plan.settings, plan.platform)]
+    for uri, suites, components in repos:
+        for suite in suites:
+            offline_apt.fill_repository(apt_root, uri, suite, components, "amd64")
+        if suites == ("/",):  # NVIDIA's repository key, fetched by the cuda role from the same URI
+            offline_apt._fetch(uri + "3bf863cc.pub", offline_apt.local_path(apt_root, uri + "3bf863cc.pub"))
+    with serve(apt_root, "127.0.0.1") as base:
+        debs = offline_apt.resolve(apt_root, repos, packages, dpkg_status, "amd64", base)
+    offline_apt.fill_debs(apt_root, debs, {urlparse(u).netloc: urlparse(u).scheme for u, _, _ in repos})
+    report.append(f"{name}: apt: {len(packages)} packages asked for, {len(debs)} .debs "
+                  f"({sum(d.size for d in debs) / 2**30:.2f} GiB)")
+    for key, value in served_settings(repos).items():
+        if data.setdefault(key, value) != value:  # one deploy passes one value to every host
+            raise offline_apt.OfflineError(f"{name}: {key} would be {value}, another host's is {data[key]}: fill "
+                                           "and deploy one distribution at a time (--limit, or one inventory per "
+                                           "distribution)")
+    if plan.vllm:
+        wheels = offline_pypi.fill_wheels(plan.vllm.lock, plan.vllm.python, directory / "pypi")
+        uv = offline_pypi.fill_file(UV_WHEEL_URL, UV_WHEEL_SHA256, directory / "pypi" / "files")
+        data["vllm_index_url"] = "{base}/pypi/simple"
+        data["vllm_uv_wheel_url"] = f"{{base}}/pypi/files/{uv.name}"
+        report.append(f"{name}: PyPI: {len(wheels)} wheels of {plan.vllm.lock.name}, uv {uv.name}")
+    if plan.llama_cpp and not plan.llama_cpp.source_is_local:
+        src = plan.llama_cpp.source
+        path = offline_pypi.fill_file(src.url, src.sha256, directory / "files")
+        data.update(llama_cpp_source=f"{{base}}/files/{path.name}", llama_cpp_source_sha256=src.sha256)
+        report.append(f"{name}: llama.cpp source {path.name}")
+    for inst in plan.llama_cpp.instances if plan.llama_cpp else ():
+        if is_url(url := inst.settings.model_source or ""):  # served as MIRROR/SHA256/FILE
+            sha = inst.settings.model_sha256
+            path = offline_pypi.fill_file(url, sha, directory / "models" / sha)
+            data["llama_cpp_model_mirror"] = "{base}/models"
+            report.append(f"{name}: {inst.name}: model {path.name} ({path.stat().st_size / 2**30:.2f} GiB)")
     return report
