@@ -103,7 +103,8 @@ class StandInHub:
     def _answer(self, handler, body: bool) -> None:
         url = urlparse(handler.path)
         path = unquote(url.path)
-        handler.record = {"method": handler.command, "path": path, "range": handler.headers.get("Range"), "bytes": 0}
+        handler.record = {"method": handler.command, "path": path, "range": handler.headers.get("Range"), "bytes": 0,
+                          "client": handler.client_address[0]}
         self.requests.append(handler.record)
         if m := re.match(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)(?:/(.*))?$", path):
             return self._tree(handler, m[1], m[2], m[3] or "", body)

@@ -4,10 +4,13 @@ it can reach, no shared apt or wheel cache. `v100kit offline fill` reads it over
 control machine; the deploy then gets every .deb, wheel and archive from that directory, served on the lab bridge
 for the length of the deploy: driver, CUDA, the llama.cpp build, the vLLM venv and both services. The directory is
 kept in the lab cache between runs (its wheels are GBs). The host's GGUF is given as a URL on the control
-machine's loopback, up only while the directory is filled."""
+machine's loopback, up only while the directory is filled. Then the same host gets a model given as a hub
+repository at a commit, from lab/hub.py's stand-in hub on the control machine's loopback: placed verified, and a
+file tampered in transit refused by name with the host unchanged."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -17,6 +20,7 @@ import pytest
 from lab.data import OFFLINE_HOST, OFFLINE_MODEL_PORT, offline_lab, sha256_of, tiny_model
 from lab.harness import LAB_BRIDGE_ADDRESS, LAB_CACHE, LAB_NET_PREFIX, Lab
 from lab.provision import REUSED, ROOT, deploy
+from tests.lab.test_deploy import SNAPSHOT
 from v100kit.offline import DEFAULT_PORT, data_args, deploy_data, serve
 
 pytestmark = pytest.mark.cluster  # ordered last with the cluster: it frees the bundled hosts for disk
@@ -110,3 +114,64 @@ def test_the_offline_cli_deploys_from_the_directory_and_changes_nothing(offline)
     operations = json.loads(cli.stdout)["results"]["operations"]
     changed = [op["name"] for op in operations if op["success"]]
     assert not [op["name"] for op in operations if op["error"]] and changed == [], changed
+
+
+HUB_COMMIT = "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
+HUB_TAMPERED = "5e6f708192a3b4c5d6e7f8091a2b3c4d1a2b3c4d"
+HUB_FILE = "tiny-hub-F32.gguf"
+
+
+@pytest.fixture()
+def hub(offline, tmp_path, monkeypatch):
+    """lab/hub.py's stand-in hub on the control machine's loopback (HF_ENDPOINT) serving the lab's tiny GGUF as
+    HUB_FILE of lab/tiny-gguf at HUB_COMMIT and at HUB_TAMPERED, with empty hub caches; the offline directory served
+    on the lab bridge as for the deploys above. Yields (stand-in, the served file, deploy arguments for a commit).
+    Afterwards the host gets its usual settings back."""
+    from lab.data import host_data
+    from lab.hub import StandInHub
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / HUB_FILE).write_bytes(tiny_model().read_bytes())
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("V100KIT_HUB_HEADERS", str(tmp_path / "headers"))
+    with StandInHub({"lab/tiny-gguf": {HUB_COMMIT: repo, HUB_TAMPERED: repo}}) as stand_in, \
+            serve(DIRECTORY, LAB_BRIDGE_ADDRESS, DEFAULT_PORT) as base:
+        monkeypatch.setenv("HF_ENDPOINT", stand_in.endpoint)
+        served = deploy_data(DIRECTORY, base)
+
+        def args(commit: str) -> list[str]:
+            inst = dict(host_data(OFFLINE_HOST)["llama_cpp_instances"]["tiny"], model_sha256=None,
+                        model_source=f"hf://lab/tiny-gguf@{commit}/{HUB_FILE}")
+            return data_args({**served, "llama_cpp_instances": {"tiny": inst}})
+
+        yield stand_in, repo / HUB_FILE, args
+        restore = deploy("offline-hub-restore", data_args(served), inventory=INVENTORY)
+        assert restore.rc == 0, restore.stderr[-2000:]
+
+
+def test_a_hub_model_reaches_the_offline_host_verified(offline, hub):
+    """The hub is reachable from the control machine only: the file is fetched there, checked against the hub's
+    sha256, and placed on the host; the host itself asks nothing of the hub."""
+    lab = offline[0]
+    stand_in, served, args = hub
+    run_ = deploy("offline-hub-first", args(HUB_COMMIT), inventory=INVENTORY)
+    assert run_.rc == 0, run_.stderr[-3000:]
+    placed = f"/var/lib/llm/models/{HUB_FILE}"
+    assert run(lab, f"sha256sum {placed}").split()[0] == hashlib.sha256(served.read_bytes()).hexdigest()
+    assert placed in run(lab, "cat /etc/llama-server/tiny.env")
+    assert run(lab, "systemctl is-active llama-server@tiny").strip() == "active"
+    assert stand_in.requests and all(r["client"] == "127.0.0.1" for r in stand_in.requests)
+
+
+def test_a_tampered_hub_file_is_refused_by_name_and_the_offline_host_is_unchanged(offline, hub):
+    lab = offline[0]
+    stand_in, served, args = hub
+    true = served.read_bytes()
+    stand_in.tamper[HUB_FILE] = true[:-8] + b"tampered"
+    before = run(lab, SNAPSHOT)
+    refused = deploy("offline-hub-tampered", args(HUB_TAMPERED), inventory=INVENTORY)
+    assert refused.rc != 0
+    assert f"{HUB_FILE}: sha256" in refused.stderr and hashlib.sha256(true).hexdigest() in refused.stderr, \
+        refused.stderr[-2000:]
+    assert refused.changed == {} and run(lab, SNAPSHOT) == before
