@@ -203,6 +203,12 @@ def spec(name: str) -> HostSpec:
     raise LabError(f"unknown lab host {name!r}; known: {', '.join(s.name for s in HOSTS)}")
 
 
+#: disk one lab host takes once a deploy gave it the whole stack (root filesystem with the driver and its DKMS
+#: build, a CUDA toolkit, the llama.cpp build, the vLLM venv), plus what its first deploy adds to the lab cache;
+#: measured in a fresh CI run (see check_disk)
+HOST_DISK_GIB = 20
+
+
 class Lab:
     """Builds, boots, reboots, stops and destroys the bundled lab hosts."""
 
@@ -476,6 +482,24 @@ class Lab:
         (own / "partial").mkdir(parents=True, exist_ok=True)
         _link_debs(shared, own)
         return own
+
+    def check_disk(self, specs: tuple[HostSpec, ...] | list[HostSpec], per_host_gib: float = HOST_DISK_GIB) -> None:
+        """Refuse to start hosts the disk cannot hold: each of `specs` not created yet needs about `per_host_gib`
+        GiB free where the state directory is. A full disk halfway through a lab run fails every later test
+        that writes a file, far from the cause; this fails first and says so. Raises LabError naming the free
+        and needed GiB and what to remove."""
+        new = [s for s in specs if not (self.host_dir(s) / "created").exists()]
+        where = next(p for p in (self.state, *self.state.parents) if p.exists())
+        free = shutil.disk_usage(where).free / 2**30
+        need = len(new) * per_host_gib
+        if free < need:
+            cache = sum(f.stat().st_size for f in self.cache.rglob("*") if f.is_file()) / 2**30 \
+                if self.cache.exists() else 0.0
+            raise LabError(f"{free:.0f} GiB free on the disk of {where}; starting {', '.join(s.name for s in new)} "
+                           f"needs about {need:.0f} GiB ({per_host_gib:.0f} GiB per fully provisioned host). Fix: "
+                           f"`v100kit lab destroy` the hosts of an earlier run, remove old files of the lab cache "
+                           f"{self.cache} ({cache:.1f} GiB; it is refilled on demand), or point V100KIT_LAB_STATE and "
+                           "V100KIT_LAB_CACHE at a larger disk")
 
     def up(self, s: HostSpec) -> str:
         """Create (if needed) and boot one host; returns its boot_id."""

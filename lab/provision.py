@@ -127,6 +127,7 @@ def provision(hosts: tuple[HostSpec, ...] = HOSTS, reboot: bool = True) -> Provi
     if os.environ.get("V100KIT_LAB_REUSE") != "1":
         for s in hosts:
             lab.destroy(s)
+    lab.check_disk(hosts)
     with ThreadPoolExecutor(len(hosts)) as pool:
         list(pool.map(lab.up, hosts))
     up_seconds = time.monotonic() - t0

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from lab.data import OFFLINE_HOST, OFFLINE_MODEL_PORT, offline_lab, sha256_of, tiny_model
-from lab.harness import LAB_BRIDGE_ADDRESS, LAB_CACHE, LAB_NET_PREFIX, Lab
+from lab.harness import HOST_DISK_GIB, LAB_BRIDGE_ADDRESS, LAB_CACHE, LAB_NET_PREFIX, Lab
 from lab.provision import REUSED, ROOT, deploy
 from tests.lab.test_deploy import SNAPSHOT
 from v100kit.offline import DEFAULT_PORT, data_args, deploy_data, serve
@@ -41,6 +41,8 @@ def offline():
         for s in bundled.hosts:
             bundled.destroy(s)
         lab.destroy(OFFLINE_HOST)
+    # the host, and the directory when it is not filled yet (its .debs and wheels: about 6 GiB)
+    lab.check_disk((OFFLINE_HOST,), HOST_DISK_GIB + (0 if (DIRECTORY / "settings.json").is_file() else 6))
     lab.up(OFFLINE_HOST)
     with serve(tiny_model().parent, "127.0.0.1", OFFLINE_MODEL_PORT):  # the model's URL exists for the fill only
         fill = subprocess.run([*V100KIT, "offline", "fill", str(DIRECTORY), INVENTORY], capture_output=True,

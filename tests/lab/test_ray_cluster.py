@@ -44,6 +44,7 @@ def cluster():
             bundled.destroy(s)
         for s in CLUSTER_HOSTS:
             lab.destroy(s)
+    lab.check_disk(CLUSTER_HOSTS)
     with ThreadPoolExecutor(len(CLUSTER_HOSTS)) as pool:
         list(pool.map(lab.up, CLUSTER_HOSTS))
     first = deploy("cluster-deploy-1", inventory="inventory/lab_cluster.py")
