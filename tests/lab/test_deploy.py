@@ -85,6 +85,13 @@ def tiny(provisioned_spec_data: dict, **changes) -> dict:
     (lambda d: tiny(d, port=80), "port"),
     (lambda d: {"gpu_memory_mib": 1024, **tiny(d, context=2_000_000)}, "does not fit"),
     ({"gpu_usable_fraction": 1.5}, "gpu_usable_fraction"),
+    # download sources (#17): mirrors without a scheme or of the wrong shape, a hub model at a branch
+    ({"base_apt_security_mirror": "security.debian.org/debian-security"}, "base_apt_security_mirror"),
+    ({"cuda_nvidia_repo_url": "https://mirror.example/cuda/repos"}, "cuda_nvidia_repo_url"),
+    ({"vllm_index_url": "pypi.org/simple"}, "vllm_index_url"),
+    ({"vllm_uv_wheel_url": "https://mirror.example/uv-0.13.8.tar.gz"}, "vllm_uv_wheel_url"),
+    ({"llama_cpp_model_mirror": "/srv/models"}, "llama_cpp_model_mirror"),
+    (lambda d: tiny(d, model_source="hf://org/repo@main/model-Q4_K_M.gguf", model_sha256=None), "model_source"),
 ])
 def test_bad_settings_refused_before_any_change(provisioned, data, key):
     # llama.cpp cases on trixie (the host with a llama-server instance), the rest on bookworm (driver 535)
