@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping
-from urllib.parse import urlparse
+from pathlib import PurePosixPath
+from urllib.parse import unquote, urlparse, urlsplit
 
 from roles.nvidia_driver.facts import GpuInfo
 from roles.settings import LlamaCppInstance, Settings, VllmInstance, problem
@@ -22,6 +23,12 @@ MIB = 1 << 20
 def is_url(s: str) -> bool:
     """True for an http(s) URL; anything else is a path on the control machine."""
     return urlparse(s).scheme in ("http", "https")
+
+
+def url_file_name(url: str) -> str:
+    """The file name a URL names: the last segment of its path, percent-decoded ('' for a URL that ends in '/').
+    `v100kit offline fill` stores a download under it, and the roles place a model under it."""
+    return unquote(PurePosixPath(urlsplit(url).path).name)
 
 
 def sha256_file(path: str) -> str:

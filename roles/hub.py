@@ -25,6 +25,7 @@ import json
 import os
 import re
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -123,6 +124,8 @@ def parse(value: str) -> HubSource:
 #: seconds to connect to the hub, and to wait for each read: huggingface_hub's own client waits forever, so a hub
 #: that accepts a connection and never answers would hang a plan or a deploy
 CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 10, 60
+#: a file-list request answered 429 or 5xx is made this many times in all, at most this many seconds apart
+TREE_ATTEMPTS, RETRY_WAIT_MAX_S = 4, 10
 _CLIENT_SET = False
 
 
@@ -195,19 +198,25 @@ def _tree(src: HubSource) -> list[HubFile]:
     """Every file of the repository at the commit, from the hub's tree API (`/api/models/REPO/tree/REV`, the
     request HfApi.list_repo_tree makes, page by page). Our own loop because list_repo_tree sends its requests with
     no timeout at all (huggingface_hub 2.4.0 passes timeout=None, which overrides the client's): here each request
-    has CONNECT_TIMEOUT_S / READ_TIMEOUT_S, a timeout is not retried, and 429/5xx answers are (http_backoff).
+    has CONNECT_TIMEOUT_S / READ_TIMEOUT_S, a timeout is not retried, and 429/5xx answers are, TREE_ATTEMPTS
+    times in all, at most RETRY_WAIT_MAX_S apart whatever their Retry-After says.
     Raises huggingface_hub's errors (RepositoryNotFoundError, RevisionNotFoundError, ...) or httpx2's."""
     import httpx2
     from huggingface_hub.hf_api import RepoFile
-    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     _client()
     url: str | None = f"{endpoint()}/api/models/{src.repo}/tree/{quote(src.revision, safe='')}"
     params: dict | None = {"recursive": True, "expand": False}
     files = []
     while url:
-        response = http_backoff("GET", url, params=params, headers=build_hf_headers(), retry_on_exceptions=(),
-                                timeout=httpx2.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+        for attempt in range(TREE_ATTEMPTS):  # 429 and 5xx again, a few s apart (a Retry-After is capped)
+            response = get_session().get(url, params=params, headers=build_hf_headers(), follow_redirects=True,
+                                         timeout=httpx2.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S))
+            if response.status_code not in (429, 500, 502, 503, 504) or attempt == TREE_ATTEMPTS - 1:
+                break
+            wait = response.headers.get("Retry-After", "")
+            time.sleep(min(float(wait) if wait.isdigit() else 2.0, RETRY_WAIT_MAX_S))
         hf_raise_for_status(response)
         for entry in response.json():
             if entry.get("type") == "file":
@@ -218,8 +227,10 @@ def _tree(src: HubSource) -> list[HubFile]:
 
 
 def _reason(e: Exception) -> str:
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
-    return text[:300]
+    """The error in one line: huggingface_hub puts the status on the first line and the hub's own words
+    ("Repository Not Found for url: ...", "Invalid rev id: ...") on the next ones."""
+    text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
+    return text[:400]
 
 
 def _get_range(src: HubSource, path: str, start: int, end: int) -> bytes:

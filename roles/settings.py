@@ -222,7 +222,7 @@ class Settings(BaseModel):
     cuda_default_version: CudaVersion | None = Field(
         None, description="toolkit that /usr/local/cuda and login shells use; None: the first of cuda_versions")
     cuda_nvidia_repo_url: str = Field(
-        "https://developer.download.nvidia.com/compute/cuda/repos/", pattern=r"^https?://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~%+-]+)*/$",
+        "https://developer.download.nvidia.com/compute/cuda/repos/", pattern=r"^https?://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~%+:-]+)*/$",
         description="root of NVIDIA's CUDA repository, or of a mirror of it (ends in '/'; the OS directory such as "
                     "ubuntu2204/x86_64/ is appended); the signing key's fingerprint is checked whatever the source")
     cuda_allow_minor_version_compat: bool = Field(

@@ -37,7 +37,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from roles.engines import sha256_file
+from roles.engines import sha256_file, url_file_name
 
 #: The newest glibc a chosen wheel may need: the locks are resolved for x86_64-manylinux_2_28 (tools/lock_vllm.py),
 #: so every locked package has a wheel at or below it.
@@ -296,7 +296,7 @@ def fill_file(url: str, sha256: str, dest: Path) -> Path:
     sha256 = sha256.lower()
     if not _SHA256_HEX.fullmatch(sha256):
         raise ValueError(f"sha256 {sha256!r}: expected 64 hex digits")
-    name = unquote(PurePosixPath(urlsplit(url).path).name)
+    name = url_file_name(url)
     if name in ("", ".", "..") or "/" in name:
         raise ValueError(f"{url}: the URL's path names no file")
     dest = Path(dest)

@@ -14,13 +14,13 @@ import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from roles import planner
 from roles.cuda.versions import Toolkit
 from roles.hub import is_header_copy
 from roles.engines import (compute_capability, gpu_count, gpu_memory_mib, is_url, network_listener, one_model,
-                           port_clashes, sha256_file)
+                           port_clashes, sha256_file, url_file_name)
 from roles.llama_cpp.choices import (KvChoice, architecture_problems as model_architecture_problems, choose_kv,
                                      context_problems, gpu_architecture_problems)
 from roles.llama_cpp.tree import read_tree
@@ -226,9 +226,13 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
         return inst.model_source, None, None, [problem(f"{key}.model_sha256", None, "model_source needs a checksum",
                                                        "set model_sha256 to the file's sha256")], None
     if is_url(inst.model_source):
-        if settings.llama_cpp_model_mirror:  # same file, same checksum, another server
-            name = Path(urlparse(inst.model_source).path).name
-            return f"{settings.llama_cpp_model_mirror.rstrip('/')}/{inst.model_sha256}/{name}", None, None, [], None
+        if (name := url_file_name(inst.model_source)) in ("", ".", "..") or "/" in name:
+            return inst.model_source, None, None, [problem(f"{key}.model_source", inst.model_source,
+                                                           "the URL names no file (its path ends in '/')",
+                                                           "give the URL of the .gguf file itself")], None
+        if settings.llama_cpp_model_mirror:  # same file, same checksum, another server; named as fill stores it
+            return (f"{settings.llama_cpp_model_mirror.rstrip('/')}/{inst.model_sha256}/{quote(name)}", None, None,
+                    [], None)
         return inst.model_source, None, None, [], None
     path = str(Path(inst.model_source).expanduser())
     if not Path(path).is_file():
@@ -267,6 +271,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
         model_path = inst.model_path
         problems = host_model_problems(key, model_path, host_has_file)
     else:
+        # the name as the URL spells it (percent-encoding kept: no space reaches a unit file)
         model_path = f"{settings.base_service_home}/models/{Path(urlparse(inst.model_source).path).name}"
         model_source, memory, kv, problems, gpu_layers = source_model(key, inst, settings, gpus, tree)
     problems += network_listener(key, inst.listen, bool(inst.api_key_file),

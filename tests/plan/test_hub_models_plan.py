@@ -161,7 +161,8 @@ def test_vllm_hub_source_with_a_file_path_is_refused(stand_in):
 
 def test_unknown_commit_and_missing_file_are_refused_naming_the_source(stand_in):
     with pytest.raises(SettingsError, match=r"model_source = 'hf://org/tiny-gguf@f{40}/tiny-F32.gguf'.*file list "
-                                            r"cannot be read.*Fix: check the repository, commit and file"):
+                                            r"cannot be read \(404.*Invalid rev id: f{40}.*Fix: check the repository, "
+                                            r"commit and file"):
         plan_uploads_raw(DEBIAN_13, llama(f"hf://org/tiny-gguf@{'f' * 40}/tiny-F32.gguf"), V100_16)
     with pytest.raises(SettingsError, match=r"has no other\.gguf at this commit \(its \.gguf files: tiny-F32\.gguf\)"):
         plan_uploads_raw(DEBIAN_13, llama(f"hf://org/tiny-gguf@{GGUF_COMMIT}/other.gguf"), V100_16)
@@ -271,3 +272,39 @@ def test_a_hub_that_accepts_and_never_answers_is_refused_not_waited_for(tmp_path
     assert raised and isinstance(raised[0], SettingsError)
     assert re.search(rf"model_source = 'hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf'.*file list cannot be read "
                      r"\(.*timed out", str(raised[0]), re.S), raised[0]
+
+
+def test_a_hub_that_keeps_answering_503_with_a_day_long_retry_after_is_refused_in_seconds(tmp_path, monkeypatch):
+    """A mirror in maintenance: 503 with Retry-After: 86400 to every request. The file list is asked
+    hub.TREE_ATTEMPTS times, the waits capped (huggingface_hub's own backoff would sleep the day, five times)."""
+    import http.server
+    import threading
+    import time
+
+    seen = []
+
+    class Maintenance(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            seen.append(self.path)
+            self.send_response(503)
+            self.send_header("Retry-After", "86400")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Maintenance)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("V100KIT_HUB_HEADERS", str(tmp_path / "headers"))
+    monkeypatch.setattr(hub, "RETRY_WAIT_MAX_S", 0.5)
+    hub._LISTINGS.clear()
+    started = time.monotonic()
+    try:
+        with pytest.raises(SettingsError, match=r"file list cannot be read \(.*503 Service Unavailable"):
+            plan_uploads_raw(DEBIAN_13, llama(f"hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf"), V100_16)
+    finally:
+        server.shutdown()
+    assert len(seen) == hub.TREE_ATTEMPTS and time.monotonic() - started < 20

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 
 import pytest
 
@@ -152,3 +153,38 @@ def test_plan_model_url_comes_from_the_model_mirror_by_its_sha256_still_checked(
 def test_model_mirror_that_is_not_a_url_is_refused_naming_the_setting():
     with pytest.raises(SettingsError, match=r"llama_cpp_model_mirror.*/srv/models"):
         plan_commands(DEBIAN_13, {"llama_cpp_model_mirror": "/srv/models", "llama_cpp_instances": {"tiny": MODEL}})
+
+
+@pytest.mark.parametrize("name", ["My%20Model-Q4_K_M.gguf", "tiny.gguf;v=1", "tiny.gguf?download=true"])
+def test_plan_model_from_the_mirror_is_the_file_offline_fill_stored(tmp_path, name):
+    """Odd model URLs (percent-encoding, ;params, a query): `v100kit offline fill`'s own download stores the file,
+    the offline server serves the directory, and real curl with the URL the plan fetches gets those bytes."""
+    import hashlib
+    import subprocess
+
+    from v100kit.offline import serve
+    from v100kit.offline_pypi import fill_file
+
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    body = b"GGUF" + bytes(range(256))
+    stored_as = {"My%20Model-Q4_K_M.gguf": "My Model-Q4_K_M.gguf"}.get(name, name.split("?")[0])
+    (origin / stored_as).write_bytes(body)
+    sha = hashlib.sha256(body).hexdigest()
+    with serve(origin, "127.0.0.1") as there:
+        fill_file(f"{there}/{name}", sha, tmp_path / "fill" / "models" / sha)
+    with serve(tmp_path / "fill", "127.0.0.1") as base:
+        cmds = [str(c) for c in plan_commands(DEBIAN_13, {"llama_cpp_model_mirror": f"{base}/models",
+                                                          "llama_cpp_instances": {"tiny": {
+                                                              **MODEL, "model_source": f"https://models.example/{name}",
+                                                              "model_sha256": sha}}})]
+        words = shlex.split(next(c for c in cmds if c.startswith("curl ") and f"{base}/models/" in c))
+        url = words[words.index("-o") - 1]
+        got = subprocess.run(["curl", "-sSf", url], capture_output=True, timeout=30)
+    assert got.returncode == 0 and got.stdout == body, (url, got.stderr)
+
+
+def test_plan_model_url_that_names_no_file_is_refused():
+    with pytest.raises(SettingsError, match=r"model_source = 'https://models.example/'.*names no file.*Fix: give "
+                                            r"the URL of the \.gguf file"):
+        plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "model_source": "https://models.example/"}}})

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.plan.harness import UBUNTU_2204, plan_uploads
 from v100kit import offline_apt
 from v100kit.offline import served_settings
@@ -29,18 +31,21 @@ def served(url: str) -> str:
     return f"{BASE}/{offline_apt.local_path(Path('apt'), url).as_posix()}"
 
 
-def test_the_deploy_fetches_nvidias_key_and_repository_from_the_directorys_copies():
-    settings = {k: v.replace("{base}", BASE) for k, v in served_settings(REPOS).items()}
+#: NVIDIA's own repository, and a user's mirror of it on a port (its copy lies under DIR/apt/mirror.local:8080/)
+@pytest.mark.parametrize("nvidia", [NVIDIA, "http://mirror.local:8080/cuda/repos/ubuntu2204/x86_64/"])
+def test_the_deploy_fetches_nvidias_key_and_repository_from_the_directorys_copies(nvidia):
+    repos = [*REPOS[:2], (nvidia, ("/",), ())]
+    settings = {k: v.replace("{base}", BASE) for k, v in served_settings(repos).items()}
     cmds, uploads = plan_uploads(UBUNTU_2204, {**DATA, **settings})
     text = "\n".join(map(str, cmds))
     # the key: where fill put NVIDIA's 3bf863cc.pub, still checked against the pinned fingerprint
     key = re.search(r"curl \S* ?.*?(http://\S+3bf863cc\.pub)", text)
-    assert key and key[1] == served(NVIDIA + "3bf863cc.pub")
+    assert key and key[1] == served(nvidia + "3bf863cc.pub")
     # each repository: apt asks for URI/InRelease (flat) or URI/dists/SUITE/InRelease, which must be the file fill
     # wrote for the original repository
     files = {k: v for k, v in uploads.items() if k.startswith("/etc/apt/sources.list.d/")}
     cuda = files["/etc/apt/sources.list.d/v100kit-cuda.sources"]
-    assert re.search(r"^URIs: (\S+)$", cuda, re.M)[1].rstrip("/") + "/InRelease" == served(NVIDIA + "InRelease")
+    assert re.search(r"^URIs: (\S+)$", cuda, re.M)[1].rstrip("/") + "/InRelease" == served(nvidia + "InRelease")
     assert "cuda-toolkit-12-4=12.4.1-1" in text
     asked = {uri.rstrip("/") + f"/dists/{suite}/InRelease"
              for text_ in files.values() for uri, suites in re.findall(r"^URIs: (\S+)\nSuites: ([^\n]+)$", text_, re.M)
@@ -48,5 +53,5 @@ def test_the_deploy_fetches_nvidias_key_and_repository_from_the_directorys_copie
     assert asked == {served(f"{UBUNTU}/dists/{s}/InRelease") for s in ("jammy", "jammy-updates")} | \
         {served(f"{SECURITY}/dists/jammy-security/InRelease")}
     # and no command or source reaches NVIDIA or Ubuntu itself
-    assert not re.search(r"https?://(developer\.download\.nvidia\.com|[a-z.]*ubuntu\.com)",
+    assert not re.search(r"https?://(developer\.download\.nvidia\.com|mirror\.local|[a-z.]*ubuntu\.com)",
                          text + "\n".join(files.values()))
