@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
             print(lab.ssh_config)
         elif args.action == "up":
             lab.prepare()  # state, caches and the client key once, before the hosts start side by side
+            lab.check_disk(specs)
             with ThreadPoolExecutor(len(specs)) as pool:
                 for s, boot_id in zip(specs, pool.map(lab.up, specs)):
                     print(f"{s.name}: up, ssh -F {lab.ssh_config} {s.name}, boot_id {boot_id}")

@@ -485,7 +485,8 @@ class Lab:
 
     def check_disk(self, specs: tuple[HostSpec, ...] | list[HostSpec], per_host_gib: float = HOST_DISK_GIB) -> None:
         """Refuse to start hosts the disk cannot hold: each of `specs` not created yet needs about `per_host_gib`
-        GiB free where the state directory is. A full disk halfway through a lab run fails every later test
+        GiB free where the state directory is (a host created earlier counts as provisioned: it needs no more, though
+        one never deployed still grows). A full disk halfway through a lab run fails every later test
         that writes a file, far from the cause; this fails first and says so. Raises LabError naming the free
         and needed GiB and what to remove."""
         new = [s for s in specs if not (self.host_dir(s) / "created").exists()]
@@ -495,8 +496,8 @@ class Lab:
         if free < need:
             cache = sum(f.stat().st_size for f in self.cache.rglob("*") if f.is_file()) / 2**30 \
                 if self.cache.exists() else 0.0
-            raise LabError(f"{free:.0f} GiB free on the disk of {where}; starting {', '.join(s.name for s in new)} "
-                           f"needs about {need:.0f} GiB ({per_host_gib:.0f} GiB per fully provisioned host). Fix: "
+            raise LabError(f"{free:.1f} GiB free on the disk of {where}; starting {', '.join(s.name for s in new)} "
+                           f"needs about {need:.1f} GiB ({per_host_gib:.1f} GiB per fully provisioned host). Fix: "
                            f"`v100kit lab destroy` the hosts of an earlier run, remove old files of the lab cache "
                            f"{self.cache} ({cache:.1f} GiB; it is refilled on demand), or point V100KIT_LAB_STATE and "
                            "V100KIT_LAB_CACHE at a larger disk")

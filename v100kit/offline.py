@@ -203,26 +203,30 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
     offline_apt.fill_debs(apt_root, debs, {urlparse(u).netloc: urlparse(u).scheme for u, _, _ in repos})
     report.append(f"{name}: apt: {len(packages)} packages asked for, {len(debs)} .debs "
                   f"({sum(d.size for d in debs) / 2**30:.2f} GiB)")
-    for key, value in served_settings(repos).items():
-        if data.setdefault(key, value) != value:  # one deploy passes one value to every host
+    def agree(key: str, value) -> None:  # one deploy passes one value of each setting to every host
+        if data.setdefault(key, value) != value:
             raise offline_apt.OfflineError(f"{name}: {key} would be {value}, another host's is {data[key]}: fill "
-                                           "and deploy one distribution at a time (--limit, or one inventory per "
-                                           "distribution)")
+                                           "and deploy hosts that differ there from separate directories (--limit, "
+                                           "or one inventory per distribution or llama.cpp source)")
+
+    for key, value in served_settings(repos).items():
+        agree(key, value)
     if plan.vllm:
         wheels = offline_pypi.fill_wheels(plan.vllm.lock, plan.vllm.python, directory / "pypi")
         uv = offline_pypi.fill_file(UV_WHEEL_URL, UV_WHEEL_SHA256, directory / "pypi" / "files")
-        data["vllm_index_url"] = "{base}/pypi/simple"
-        data["vllm_uv_wheel_url"] = f"{{base}}/pypi/files/{uv.name}"
+        agree("vllm_index_url", "{base}/pypi/simple")
+        agree("vllm_uv_wheel_url", f"{{base}}/pypi/files/{uv.name}")
         report.append(f"{name}: PyPI: {len(wheels)} wheels of {plan.vllm.lock.name}, uv {uv.name}")
     if plan.llama_cpp and not plan.llama_cpp.source_is_local:
         src = plan.llama_cpp.source
         path = offline_pypi.fill_file(src.url, src.sha256, directory / "files")
-        data.update(llama_cpp_source=f"{{base}}/files/{path.name}", llama_cpp_source_sha256=src.sha256)
+        agree("llama_cpp_source", f"{{base}}/files/{path.name}")
+        agree("llama_cpp_source_sha256", src.sha256)
         report.append(f"{name}: llama.cpp source {path.name}")
     for inst in plan.llama_cpp.instances if plan.llama_cpp else ():
         if is_url(url := inst.settings.model_source or ""):  # served as MIRROR/SHA256/FILE
             sha = inst.settings.model_sha256
             path = offline_pypi.fill_file(url, sha, directory / "models" / sha)
-            data["llama_cpp_model_mirror"] = "{base}/models"
+            agree("llama_cpp_model_mirror", "{base}/models")
             report.append(f"{name}: {inst.name}: model {path.name} ({path.stat().st_size / 2**30:.2f} GiB)")
     return report

@@ -21,7 +21,8 @@ def test_hosts_the_disk_cannot_hold_are_refused_naming_them_and_the_fix(tmp_path
     with pytest.raises(LabError, match=rf"GiB free on the disk of {tmp_path}; starting {HOSTS[0].name}, "
                                        rf"{HOSTS[1].name} needs about .*Fix: `v100kit lab destroy`"):
         lab.check_disk(HOSTS, too_much)
-    lab.check_disk(HOSTS, free_gib(tmp_path) / len(HOSTS) * 0.9)  # room for both: no error
+    lab.check_disk(HOSTS, free_gib(tmp_path) / len(HOSTS) * 0.5)  # room for both: no error (half: a lab
+    # run may be writing to this disk meanwhile)
 
 
 def test_a_host_already_created_needs_no_more_room(tmp_path):
