@@ -204,9 +204,10 @@ def spec(name: str) -> HostSpec:
 
 
 #: disk one lab host takes once a deploy gave it the whole stack (root filesystem with the driver and its DKMS
-#: build, a CUDA toolkit, the llama.cpp build, the vLLM venv), plus what its first deploy adds to the lab cache;
-#: measured in a fresh CI run (see check_disk)
-HOST_DISK_GIB = 20
+#: build, a CUDA toolkit, the llama.cpp build, the vLLM venv): about 13 GB (docs/lab.md; `du -sh` of a host
+#: directory: 8.2 GB for lab-bookworm before its vLLM venv), and a little room; what a cold lab cache adds (the
+#: wheels of a lock: about 4 GB) is not counted, so that a warm CI run is never refused for it
+HOST_DISK_GIB = 14
 
 
 class Lab:
