@@ -143,21 +143,10 @@ def _client() -> None:
     _CLIENT_SET = True
 
 
-#: (endpoint, source) -> its listing: a commit's files never change, so the hub is asked once per run
-_LISTINGS: dict[tuple[str, str], list[HubFile]] = {}
-
-
 def listing(src: HubSource) -> list[HubFile]:
     """The files `src` takes, with the hub's checksums: the one file, or the snapshot's top-level files without
     weights in other formats. Raises HubError for an unknown repository or commit, a missing file, a snapshot
     without safetensors, or a hub that cannot be reached."""
-    key = (endpoint(), str(src))
-    if key not in _LISTINGS:
-        _LISTINGS[key] = _listing(src)
-    return _LISTINGS[key]
-
-
-def _listing(src: HubSource) -> list[HubFile]:
     # a commit's file list never changes: kept beside the header copies, so that a later plan or deploy of the same
     # commit needs no hub at all (the files themselves are in huggingface_hub's cache)
     kept = headers_cache() / src.repo.replace("/", "--") / src.revision / ".listing.json"

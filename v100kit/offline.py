@@ -167,16 +167,17 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
     return report
 
 
-def served_settings(repositories: list[tuple[str, tuple[str, ...], tuple[str, ...]]]) -> dict[str, str]:
+def served_settings(repositories: list[tuple[str, tuple[str, ...], tuple[str, ...]]],
+                    cuda_nvidia_repo_url: str) -> dict[str, str]:
     """The settings that point a host at the directory's copies of `repositories` (roles/base/decide.py
     managed_repositories' (URI, suites, components), in its order: the distribution, its security archive, NVIDIA's
-    flat repository), with {base} for the server's URL: base_apt_mirror, base_apt_security_mirror and
-    cuda_nvidia_repo_url, the root the cuda role appends the OS directory (ubuntu2204/x86_64/) to."""
-    out = {}
-    for (uri, suites, _), key in zip(repositories, ("base_apt_mirror", "base_apt_security_mirror",
-                                                    "cuda_nvidia_repo_url")):
-        value = offline_apt.served_url("{base}/apt", uri).rstrip("/")
-        out[key] = value.rsplit("/", 2)[0] + "/" if suites == ("/",) else value
+    flat repository), with {base} for the server's URL: base_apt_mirror, base_apt_security_mirror and, where the
+    host uses NVIDIA's repository, cuda_nvidia_repo_url (the host's own root, which the cuda role appends the OS
+    directory to, as served)."""
+    out = {key: offline_apt.served_url("{base}/apt", uri).rstrip("/")
+           for (uri, suites, _), key in zip(repositories, ("base_apt_mirror", "base_apt_security_mirror"))}
+    if any(suites == ("/",) for _, suites, _ in repositories):
+        out["cuda_nvidia_repo_url"] = offline_apt.served_url("{base}/apt", cuda_nvidia_repo_url)
     return out
 
 
@@ -186,6 +187,7 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
     needs to `data` ({base} for the server's URL). Returns report lines. Raises offline_apt.OfflineError (also for
     a host whose distribution differs from one filled before into the same `data`), offline_pypi's errors."""
     from roles.base.decide import COMPONENTS, managed_repositories
+    from roles.cuda.versions import NVIDIA_REPO_KEY_FILE
     from roles.vllm.versions import UV_WHEEL_SHA256, UV_WHEEL_URL
 
     report = []
@@ -197,7 +199,7 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
         for suite in suites:
             offline_apt.fill_repository(apt_root, uri, suite, components, "amd64")
         if suites == ("/",):  # NVIDIA's repository key, fetched by the cuda role from the same URI
-            offline_apt._fetch(uri + "3bf863cc.pub", offline_apt.local_path(apt_root, uri + "3bf863cc.pub"))
+            offline_apt._fetch(uri + NVIDIA_REPO_KEY_FILE, offline_apt.local_path(apt_root, uri + NVIDIA_REPO_KEY_FILE))
     with serve(apt_root, "127.0.0.1") as base:
         debs = offline_apt.resolve(apt_root, repos, packages, dpkg_status, "amd64", base)
     offline_apt.fill_debs(apt_root, debs, {urlparse(u).netloc: urlparse(u).scheme for u, _, _ in repos})
@@ -209,7 +211,7 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
                                            "and deploy hosts that differ there from separate directories (--limit, "
                                            "or one inventory per distribution or llama.cpp source)")
 
-    for key, value in served_settings(repos).items():
+    for key, value in served_settings(repos, plan.settings.cuda_nvidia_repo_url).items():
         agree(key, value)
     if plan.vllm:
         wheels = offline_pypi.fill_wheels(plan.vllm.lock, plan.vllm.python, directory / "pypi")

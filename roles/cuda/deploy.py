@@ -15,7 +15,7 @@ from pyinfra.operations import apt, files, server
 
 from roles.base.deploy import update_if_stale
 from roles.cuda.decide import nvidia_repo_url
-from roles.cuda.versions import NVIDIA_REPO_KEY_FINGERPRINT, Toolkit
+from roles.cuda.versions import NVIDIA_REPO_KEY_FILE, NVIDIA_REPO_KEY_FINGERPRINT, Toolkit
 from roles.ops import CURL_RETRY
 from roles.platform import Platform
 from roles.settings import Settings
@@ -32,7 +32,7 @@ def nvidia_repo_key(url: str):
                                            "awk -F: '$1==\"fpr\"{print $10; exit}'")
     if (have or "").strip() == NVIDIA_REPO_KEY_FINGERPRINT:
         return
-    yield (f"set -e; t=$(mktemp); curl -fsSL {RETRY} {shlex.quote(url + '3bf863cc.pub')} -o $t; "
+    yield (f"set -e; t=$(mktemp); curl -fsSL {RETRY} {shlex.quote(url + NVIDIA_REPO_KEY_FILE)} -o $t; "
            f"f=$(gpg --show-keys --with-colons $t | awk -F: '$1==\"fpr\"{{print $10; exit}}'); "
            f"if [ \"$f\" != {NVIDIA_REPO_KEY_FINGERPRINT} ]; then echo \"NVIDIA repo key fingerprint $f is not the "
            f"pinned {NVIDIA_REPO_KEY_FINGERPRINT}\" >&2; rm -f $t; exit 1; fi; "

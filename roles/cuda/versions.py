@@ -17,6 +17,8 @@ from roles.volta import version_tuple
 #: Fingerprint of NVIDIA's CUDA repository signing key (3bf863cc.pub, in use since the 2022 key rotation;
 #: NVIDIA "CUDA Linux repository key rotation" notice; M). The key is verified against it before apt trusts it.
 NVIDIA_REPO_KEY_FINGERPRINT = "EB693B3035CD5710E231E123A4B469963BF863CC"
+#: its file name in each OS directory of the repository (and of a mirror, or an offline directory)
+NVIDIA_REPO_KEY_FILE = "3bf863cc.pub"
 #: NVIDIA's repository directory per platform id.
 NVIDIA_REPOS = {"debian12": "debian12", "ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404"}
 

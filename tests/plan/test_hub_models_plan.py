@@ -57,7 +57,6 @@ def stand_in(repos, tmp_path, monkeypatch):
     """The stand-in hub as HF_ENDPOINT, with empty caches (huggingface_hub's and the header copies)."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setenv("V100KIT_HUB_HEADERS", str(tmp_path / "headers"))
-    hub._LISTINGS.clear()
     hub._VERIFIED.clear()
     with StandInHub({"org/tiny-gguf": {GGUF_COMMIT: repos["gguf"]}, "org/tiny": {HF_COMMIT: repos["hf"]},
                      "org/big-gguf": {BIG_COMMIT: repos["big"]}},
@@ -133,7 +132,6 @@ def test_a_second_deploy_needs_no_hub(stand_in, repos):
     source = llama(f"hf://org/tiny-gguf@{GGUF_COMMIT}/tiny-F32.gguf")
     first = llama_plan(source)
     stand_in.stop()
-    hub._LISTINGS.clear()
     hub._VERIFIED.clear()
     second = llama_plan(source)
     assert second[1] == first[1] and [str(c) for c in second[0]] == [str(c) for c in first[0]]
@@ -253,7 +251,6 @@ def test_a_hub_that_accepts_and_never_answers_is_refused_not_waited_for(tmp_path
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setenv("V100KIT_HUB_HEADERS", str(tmp_path / "headers"))
     monkeypatch.setattr(hub, "READ_TIMEOUT_S", 2)
-    hub._LISTINGS.clear()
     raised: list[BaseException] = []
 
     def plan() -> None:
@@ -300,7 +297,6 @@ def test_a_hub_that_keeps_answering_503_with_a_day_long_retry_after_is_refused_i
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setenv("V100KIT_HUB_HEADERS", str(tmp_path / "headers"))
     monkeypatch.setattr(hub, "RETRY_WAIT_MAX_S", 0.5)
-    hub._LISTINGS.clear()
     started = time.monotonic()
     try:
         with pytest.raises(SettingsError, match=r"file list cannot be read \(.*503 Service Unavailable"):

@@ -32,10 +32,11 @@ def served(url: str) -> str:
 
 
 #: NVIDIA's own repository, and a user's mirror of it on a port (its copy lies under DIR/apt/mirror.local:8080/)
-@pytest.mark.parametrize("nvidia", [NVIDIA, "http://mirror.local:8080/cuda/repos/ubuntu2204/x86_64/"])
-def test_the_deploy_fetches_nvidias_key_and_repository_from_the_directorys_copies(nvidia):
+@pytest.mark.parametrize("root", [NVIDIA.removesuffix("ubuntu2204/x86_64/"), "http://mirror.local:8080/cuda/repos/"])
+def test_the_deploy_fetches_nvidias_key_and_repository_from_the_directorys_copies(root):
+    nvidia = root + "ubuntu2204/x86_64/"  # the repository the host reads under that root (NVIDIA's layout)
     repos = [*REPOS[:2], (nvidia, ("/",), ())]
-    settings = {k: v.replace("{base}", BASE) for k, v in served_settings(repos).items()}
+    settings = {k: v.replace("{base}", BASE) for k, v in served_settings(repos, root).items()}
     cmds, uploads = plan_uploads(UBUNTU_2204, {**DATA, **settings})
     text = "\n".join(map(str, cmds))
     # the key: where fill put NVIDIA's 3bf863cc.pub, still checked against the pinned fingerprint
