@@ -162,6 +162,7 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
                 commands = host_commands(state, host)
                 status = host.get_fact(Command, command="cat /var/lib/dpkg/status")
             report += fill_host(directory, host.name, plan, commands, status, data)
+    data = {k: v for k, v in data.items() if v is not None}  # None: each host keeps its own value
     (directory / "settings.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     report.append(f"{directory}/settings.json: {', '.join(sorted(data))}")
     return report
@@ -206,8 +207,10 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
     report.append(f"{name}: apt: {len(packages)} packages asked for, {len(debs)} .debs "
                   f"({sum(d.size for d in debs) / 2**30:.2f} GiB)")
     def agree(key: str, value) -> None:  # one deploy passes one value of each setting to every host
-        if data.setdefault(key, value) != value:
-            raise offline_apt.OfflineError(f"{name}: {key} would be {value}, another host's is {data[key]}: fill "
+        if data.setdefault(key, value) != value:  # None: the host keeps its own (not written to settings.json)
+            own = "its own (a control-machine archive, pushed over SSH)"
+            raise offline_apt.OfflineError(f"{name}: {key} would be {own if value is None else value}, another "
+                                           f"host's is {own if data[key] is None else data[key]}: fill "
                                            "and deploy hosts that differ there from separate directories (--limit, "
                                            "or one inventory per distribution or llama.cpp source)")
 
@@ -219,7 +222,9 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
         agree("vllm_index_url", "{base}/pypi/simple")
         agree("vllm_uv_wheel_url", f"{{base}}/pypi/files/{uv.name}")
         report.append(f"{name}: PyPI: {len(wheels)} wheels of {plan.vllm.lock.name}, uv {uv.name}")
-    if plan.llama_cpp and not plan.llama_cpp.source_is_local:
+    if plan.llama_cpp and plan.llama_cpp.source_is_local:  # a served URL passed to all would replace it
+        agree("llama_cpp_source", None)
+    elif plan.llama_cpp:
         src = plan.llama_cpp.source
         path = offline_pypi.fill_file(src.url, src.sha256, directory / "files")
         agree("llama_cpp_source", f"{{base}}/files/{path.name}")

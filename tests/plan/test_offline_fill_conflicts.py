@@ -58,3 +58,37 @@ def test_hosts_with_different_llama_cpp_sources_cannot_share_a_fill(tmp_path, mo
                 offline.fill_host(tmp_path / "dir", "box-b", plan, commands, "", data)
     assert (tmp_path / "dir/files/llama-b1111.tar.gz").read_bytes() == b"b1111"
 
+
+
+@pytest.mark.parametrize("order", [("local", "url"), ("url", "local")])
+def test_a_control_machine_source_and_a_url_source_cannot_share_a_fill(tmp_path, monkeypatch, order):
+    """A host whose llama.cpp archive is pushed from the control machine, filled with one whose source is a URL:
+    the deploy's one served llama_cpp_source would replace the first host's archive, so the second is refused
+    (lab-offline, whose archive is pushed, proves that settings.json then leaves llama_cpp_source out)."""
+    for name in ("fill_repository", "fill_debs"):
+        monkeypatch.setattr(offline_apt, name, lambda *a, **k: [])
+    monkeypatch.setattr(offline_apt, "resolve", lambda *a, **k: [])
+    monkeypatch.setattr(offline_apt, "_fetch", lambda *a, **k: None)
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    (origin / "llama-b1111.tar.gz").write_bytes(b"b1111")
+    (origin / "tiny.gguf").write_bytes(b"GGUF")
+    sha = hashlib.sha256(b"b1111").hexdigest()
+    data: dict = {}
+    with serve(origin, "127.0.0.1") as there:
+        model = {"model_source": f"{there}/tiny.gguf", "model_sha256": hashlib.sha256(b"GGUF").hexdigest(),
+                 "port": 8081}
+        sources = {"local": str(origin / "llama-b1111.tar.gz"), "url": f"{there}/llama-b1111.tar.gz"}
+        for i, kind in enumerate(order):
+            plan, commands = host_plan({"llama_cpp_ref": "b1111", "llama_cpp_source": sources[kind],
+                                        "llama_cpp_source_sha256": sha, "llama_cpp_instances": {"tiny": model}})
+            assert plan.llama_cpp.source_is_local == (kind == "local")
+            if i == 0:
+                offline.fill_host(tmp_path / "dir", "box-a", plan, commands, "", data)
+                continue
+            shown = {"local": r"its own \(a control-machine archive, pushed over SSH\)",
+                     "url": r"\{base\}/files/llama-b1111\.tar\.gz"}
+            with pytest.raises(offline_apt.OfflineError, match=f"box-b: llama_cpp_source would be {shown[kind]}, "
+                                                               f"another host's is {shown[order[0]]}: .*separate "
+                                                               "directories"):
+                offline.fill_host(tmp_path / "dir", "box-b", plan, commands, "", data)
