@@ -485,23 +485,32 @@ class Lab:
         return own
 
     def check_disk(self, specs: tuple[HostSpec, ...] | list[HostSpec], per_host_gib: float = HOST_DISK_GIB) -> None:
-        """Refuse to start hosts the disk cannot hold: each of `specs` not created yet needs about `per_host_gib`
-        GiB free where the state directory is (a host created earlier counts as provisioned: it needs no more, though
-        one never deployed still grows). A full disk halfway through a lab run fails every later test
-        that writes a file, far from the cause; this fails first and says so. Raises LabError naming the free
-        and needed GiB and what to remove."""
-        new = [s for s in specs if not (self.host_dir(s) / "created").exists()]
+        """Refuse to start hosts the disk cannot hold: each of `specs` needs about `per_host_gib` GiB free where the
+        state directory is, less what its host directory already holds (`du`: a host provisioned earlier needs
+        little more, one created but never deployed almost all of it). A full disk halfway through a lab run fails
+        every later test that writes a file, far from the cause; this fails first and says so. Raises LabError
+        naming the free and needed GiB and what to remove."""
+        held = {s.name: self.disk_used(self.host_dir(s)) / 2**30 for s in specs}
+        short = [s for s in specs if held[s.name] < per_host_gib]
         where = next(p for p in (self.state, *self.state.parents) if p.exists())
         free = shutil.disk_usage(where).free / 2**30
-        need = len(new) * per_host_gib
+        need = sum(per_host_gib - held[s.name] for s in short)
         if free < need:
-            cache = sum(f.stat().st_size for f in self.cache.rglob("*") if f.is_file()) / 2**30 \
-                if self.cache.exists() else 0.0
-            raise LabError(f"{free:.1f} GiB free on the disk of {where}; starting {', '.join(s.name for s in new)} "
-                           f"needs about {need:.1f} GiB ({per_host_gib:.1f} GiB per fully provisioned host). Fix: "
+            cache = self.disk_used(self.cache) / 2**30
+            raise LabError(f"{free:.1f} GiB free on the disk of {where}; starting {', '.join(s.name for s in short)} "
+                           f"needs about {need:.1f} GiB more ({per_host_gib:.1f} GiB per fully provisioned host, "
+                           f"less what each holds already). Fix: "
                            f"`v100kit lab destroy` the hosts of an earlier run, remove old files of the lab cache "
                            f"{self.cache} ({cache:.1f} GiB; it is refilled on demand), or point V100KIT_LAB_STATE and "
                            "V100KIT_LAB_CACHE at a larger disk")
+
+    @staticmethod
+    def disk_used(path: Path) -> int:
+        """Bytes of disk the files under `path` take (`du -s -x`, this file system only; 0 if it does not exist)."""
+        if not path.exists():
+            return 0
+        out = subprocess.run(["du", "-s", "-x", "--block-size=1", str(path)], capture_output=True, text=True)
+        return int(out.stdout.split()[0]) if out.stdout else 0
 
     def up(self, s: HostSpec) -> str:
         """Create (if needed) and boot one host; returns its boot_id."""
