@@ -20,6 +20,14 @@ from v100kit.offline import serve
 
 
 
+@pytest.fixture
+def no_apt(monkeypatch):
+    """The apt steps of the fill as no-ops (not the subject here)."""
+    for name in ("fill_repository", "fill_debs", "resolve"):
+        monkeypatch.setattr(offline_apt, name, lambda *a, **k: [])
+    monkeypatch.setattr(offline_apt, "_fetch", lambda *a, **k: None)
+
+
 def host_plan(data: dict):
     state, host = _fake_state(DEBIAN_13, data, None)
     with _connected_in_repo(state):
@@ -28,11 +36,7 @@ def host_plan(data: dict):
             return preflight(host), offline.host_commands(state, host)
 
 
-def test_hosts_with_different_llama_cpp_sources_cannot_share_a_fill(tmp_path, monkeypatch):
-    for name in ("fill_repository", "fill_debs"):
-        monkeypatch.setattr(offline_apt, name, lambda *a, **k: [])
-    monkeypatch.setattr(offline_apt, "resolve", lambda *a, **k: [])
-    monkeypatch.setattr(offline_apt, "_fetch", lambda *a, **k: None)
+def test_hosts_with_different_llama_cpp_sources_cannot_share_a_fill(tmp_path, no_apt):
     origin = tmp_path / "origin"
     origin.mkdir()
     sums = {}
@@ -61,14 +65,10 @@ def test_hosts_with_different_llama_cpp_sources_cannot_share_a_fill(tmp_path, mo
 
 
 @pytest.mark.parametrize("order", [("local", "url"), ("url", "local")])
-def test_a_control_machine_source_and_a_url_source_cannot_share_a_fill(tmp_path, monkeypatch, order):
+def test_a_control_machine_source_and_a_url_source_cannot_share_a_fill(tmp_path, no_apt, order):
     """A host whose llama.cpp archive is pushed from the control machine, filled with one whose source is a URL:
     the deploy's one served llama_cpp_source would replace the first host's archive, so the second is refused
     (lab-offline, whose archive is pushed, proves that settings.json then leaves llama_cpp_source out)."""
-    for name in ("fill_repository", "fill_debs"):
-        monkeypatch.setattr(offline_apt, name, lambda *a, **k: [])
-    monkeypatch.setattr(offline_apt, "resolve", lambda *a, **k: [])
-    monkeypatch.setattr(offline_apt, "_fetch", lambda *a, **k: None)
     origin = tmp_path / "origin"
     origin.mkdir()
     (origin / "llama-b1111.tar.gz").write_bytes(b"b1111")
