@@ -1,4 +1,5 @@
-"""The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]`, `v100kit verify INVENTORY` and `v100kit lab ACTION`.
+"""The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]`, `v100kit verify INVENTORY`,
+`v100kit offline fill|serve|deploy DIR ...` and `v100kit lab ACTION`.
 
 Every subcommand is a module with `add_arguments(parser)` and `run(args) -> exit status`; the skeleton here gives
 the commands that read an inventory the same arguments and the same error handling.
@@ -33,11 +34,13 @@ def inventory_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="v100kit", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="v100kit", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_) in COMMANDS.items():
         mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=help_, description=mod.__doc__)
+        p = sub.add_parser(name, help=help_, description=mod.__doc__,  # the docstrings' lists kept as written
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(run=mod.run)
     return parser

@@ -34,11 +34,10 @@ def inventory_path(inventory: str, cwd: Path) -> str:
     return str(path.resolve())
 
 
-def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: bool = False) -> dict:
-    """{host name: fn(host, preflight(host, diagnosing, deploying=False)), or the error string when the host cannot be reached or
-    refused}. Read-only: only facts are gathered. Raises UnknownHost for a `limit` name the inventory lacks (a typo
-    must not read as "every host healthy")."""
-    inventory_file = inventory_path(inventory_file, Path.cwd())
+def load_inventory(inventory_file: str, limit: list[str] | None):
+    """pyinfra's Inventory of `inventory_file` (a path from inventory_path, or host names), read as pyinfra's CLI
+    reads it: from the project root, where group_data/ is (the process moves there). Raises UnknownHost for a
+    `limit` name the inventory lacks (a typo must not read as "no host, nothing wrong")."""
     os.chdir(ROOT)  # group_data/ is found relative to the project, as for pyinfra's CLI
     tcp_nodelay()  # as config.py does for pyinfra's CLI
     with ctx_state.use(State()):  # inventory files are executed in a pyinfra context
@@ -47,6 +46,14 @@ def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: 
     if unknown := sorted(set(limit or ()) - set(names)):
         raise UnknownHost(f"--limit {', '.join(unknown)}: no such host in {inventory_file} "
                           f"(its hosts: {', '.join(names) or 'none'})")
+    return inventory
+
+
+def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: bool = False) -> dict:
+    """{host name: fn(host, preflight(host, diagnosing, deploying=False)), or the error string when the host cannot be reached or
+    refused}. Read-only: only facts are gathered. Raises UnknownHost for a `limit` name the inventory lacks (a typo
+    must not read as "every host healthy")."""
+    inventory = load_inventory(inventory_path(inventory_file, Path.cwd()), limit)
     state = State(inventory, Config())
     state.init(inventory, Config())
     results: dict = {}

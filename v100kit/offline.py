@@ -16,9 +16,13 @@ sha256, the lock's hashes, the pinned sha256s); the hosts check them again. Mode
 Hugging Face commit are pushed by the deploy over SSH as always (a hub commit is fetched into the hub cache by
 `fill`). DIR/settings.json records the data a deploy from DIR needs, with {base} for the server's URL.
 
-`deploy` serves DIR with a short-lived HTTP server bound to ADDR (an address of the control machine that the hosts
-reach, e.g. its end of a private network) and runs `pyinfra -y INVENTORY deploy.py` with that data; the server
+`deploy` serves DIR with a short-lived HTTP server bound to ADDR (an IPv4 address of the control machine that the
+hosts reach, e.g. its end of a private network) and runs `pyinfra -y INVENTORY deploy.py` with that data; the server
 stops when pyinfra does.
+
+The .debs are those the hosts lack: fill from hosts as fresh as those the directory will provision. A refusal (a
+--limit name the inventory lacks, a host that does not answer, hosts one deploy cannot serve together, a bad
+--address, a download that fails or does not match) is one line and exit 2, before DIR is created where it can be.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import contextlib
 import functools
 import http.server
+import ipaddress
 import json
 import os
 import subprocess
@@ -35,9 +40,11 @@ import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
-from roles.engines import is_url
+from pyinfra.api.exceptions import PyinfraError
+
+from roles.engines import is_url, url_file_name
 from v100kit import offline_apt, offline_pypi
-from v100kit.hosts import ROOT, inventory_path
+from v100kit.hosts import ROOT, inventory_path, load_inventory
 
 DEFAULT_PORT = 8765
 
@@ -45,40 +52,78 @@ DEFAULT_PORT = 8765
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     fill = sub.add_parser("fill", help="fill DIR with everything the inventory's hosts download")
-    fill.add_argument("dir")
-    fill.add_argument("inventory")
+    fill.add_argument("dir", help="the directory to fill (created; a directory filled before is completed)")
+    fill.add_argument("inventory", help="pyinfra inventory of the hosts, e.g. inventory/site.py (read over SSH)")
     fill.add_argument("--limit", action="append", metavar="HOST", help="only this host (repeatable)")
     for name, help_ in (("deploy", "serve DIR and deploy the inventory from it"), ("serve", "only serve DIR")):
         p = sub.add_parser(name, help=help_)
-        p.add_argument("dir")
+        p.add_argument("dir", help="a directory `v100kit offline fill` filled")
         if name == "deploy":
-            p.add_argument("inventory")
+            p.add_argument("inventory", help="pyinfra inventory of the hosts to deploy")
             p.add_argument("--limit", action="append", metavar="HOST", help="only this host (repeatable)")
             p.set_defaults(passthrough=[])  # what follows `--`: more pyinfra arguments (e.g. -- --json)
-        p.add_argument("--address", required=True, help="control-machine address the hosts reach")
+        p.add_argument("--address", required=True, help="IPv4 address of this machine that the hosts reach")
         p.add_argument("--port", type=int, default=DEFAULT_PORT)
 
 
 def run(args: argparse.Namespace) -> int:
-    directory = Path(args.dir).expanduser().resolve()
+    """Run `fill`, `serve` or `deploy`; returns the exit status: 2, with one line saying what and the fix, for a
+    refusal (a bad argument, a host that does not answer, a download that fails its checksum), before DIR is
+    created or a host changed where the cause is known that early."""
+    try:
+        return _run(args, Path(args.dir).expanduser().resolve())
+    except (ValueError, OSError, PyinfraError) as e:  # offline_apt/offline_pypi/hub refusals, sockets, files
+        print(f"v100kit offline {args.action}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, directory: Path) -> int:
     if args.action == "fill":
         for line in fill(directory, inventory_path(args.inventory, Path.cwd()), args.limit):
             print(line)
         return 0
-    if not (directory / "settings.json").is_file():
-        print(f"v100kit offline: {directory} holds no settings.json: run `v100kit offline fill` first", file=sys.stderr)
-        return 2
-    with serve(directory, args.address, args.port) as base:
+    address = listen_address(args.address)
+    settings = directory / "settings.json"
+    if not settings.is_file():
+        raise offline_apt.OfflineError(f"{directory} holds no settings.json: run `v100kit offline fill` first")
+    if "base_apt_mirror" not in (filled := json.loads(settings.read_text() or "null") or {}):
+        raise offline_apt.OfflineError(f"{settings} names no apt mirror ({sorted(filled) or 'empty'}): no host was "
+                                       "filled into it; run `v100kit offline fill` again with the hosts to deploy")
+    inventory = None
+    if args.action == "deploy":  # a --limit typo is refused here, not by pyinfra with exit 0
+        inventory = inventory_path(args.inventory, Path.cwd())
+        load_inventory(inventory, args.limit)
+    with serve(directory, address, args.port) as base:
         data = deploy_data(directory, base)
         if args.action == "serve":
             print(f"serving {directory} at {base}; pyinfra data for the deploy:")
             print(json.dumps(data, indent=2))
-            threading.Event().wait()
-        inventory = inventory_path(args.inventory, Path.cwd())
+            wait_until_interrupted()
+            return 0
         limit = [a for h in args.limit or () for a in ("--limit", h)]
         cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", *limit, *data_args(data), *args.passthrough,
                inventory, "deploy.py"]
         return subprocess.run(cmd, cwd=ROOT).returncode
+
+
+def wait_until_interrupted() -> None:
+    """Block until the process is interrupted (`serve` serves until Ctrl-C)."""
+    threading.Event().wait()
+
+
+def listen_address(address: str) -> str:
+    """`address` (--address) as the server binds it: an IPv4 address of this machine that the hosts reach. Raises
+    OfflineError for a name, an IPv6 address (the server is IPv4 only) or 0.0.0.0 (the hosts would be told to fetch
+    from it); an address this machine does not have fails at the bind (OSError, errno 99)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise offline_apt.OfflineError(f"--address {address}: not an IP address; give the IPv4 address of this "
+                                       "machine that the hosts reach (e.g. its end of their private network)") from None
+    if ip.version != 4 or ip.is_unspecified:
+        raise offline_apt.OfflineError(f"--address {address}: the hosts fetch from this address, so it must be one "
+                                       "IPv4 address of this machine that they reach (not 0.0.0.0, not IPv6)")
+    return address
 
 
 def data_args(data: dict) -> list[str]:
@@ -109,7 +154,11 @@ def serve(directory: Path, address: str, port: int = 0, record: list | None = No
     URL (http://ADDRESS:PORT). Read-only: GET and HEAD of the files under `directory` only. `record`: a list that
     gets (client address, path) of every request."""
     handler = type("Handler", (_Quiet,), {"record": record})
-    server = http.server.ThreadingHTTPServer((address, port), functools.partial(handler, directory=str(directory)))
+    try:
+        server = http.server.ThreadingHTTPServer((address, port), functools.partial(handler, directory=str(directory)))
+    except OSError as e:
+        raise OSError(e.errno, f"cannot listen on {address}:{port} ({e.strerror}): give an address of this machine "
+                               "(`ip -4 addr`) and a free --port") from None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://{address}:{server.server_address[1]}"
@@ -131,37 +180,47 @@ def host_commands(state, host) -> list[str]:
 
 
 def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[str]:
-    """Fill `directory` for the inventory's hosts (see the module doc). Returns report lines. Raises
-    offline_apt.OfflineError / offline_pypi errors / SettingsError naming what failed."""
+    """Fill `directory` for the inventory's hosts (see the module doc). Returns report lines. Raises UnknownHost (a
+    --limit name the inventory lacks), offline_apt.OfflineError (DIR is a file, a host does not answer over SSH,
+    hosts that one deploy cannot serve together), SettingsError (a host's settings), all before DIR is created or
+    anything downloaded; then offline_apt/offline_pypi errors naming a download that failed or did not match."""
     from pyinfra.api import Config, State
     from pyinfra.api.connect import connect_all
     from pyinfra.context import ctx_host, ctx_state
     from pyinfra.facts.server import Command
-    from pyinfra_cli.inventory import make_inventory
     from pyinfra_cli.util import load_deploy_file
 
     from roles.preflight import preflight
 
-    directory.mkdir(parents=True, exist_ok=True)
-    os.chdir(ROOT)
-    with ctx_state.use(State()):
-        inventory = make_inventory(inventory_file, cwd=str(ROOT))
+    if directory.exists() and not directory.is_dir():
+        raise offline_apt.OfflineError(f"{directory} is a file: give a directory (a new one, or one filled before)")
+    inventory = load_inventory(inventory_file, limit)
     state = State(inventory, Config())
     state.init(inventory, Config())
-    if limit:
-        state.limit_hosts = [h for h in inventory if h.name in limit]
-    report, data = [], {}
+    wanted = [h for h in inventory if not limit or h.name in limit]
+    state.limit_hosts = wanted
+    hosts = []
     with ctx_state.use(state):
-        connect_all(state)
+        try:
+            connect_all(state)
+        except PyinfraError:  # no host answered: said below, by name
+            pass
+        if lost := [h.name for h in wanted if h not in state.activated_hosts]:
+            raise offline_apt.OfflineError(f"{', '.join(lost)}: cannot connect over SSH (fill reads each host's "
+                                           "facts and dpkg status): check the inventory's SSH settings, or --limit "
+                                           "the hosts that answer")
         load_deploy_file(state, str(ROOT / "deploy.py"))  # runs each host's preflight: refusals stop here
-        for host in state.activated_hosts:
-            if limit and host.name not in limit:
-                continue
+        for host in wanted:
             with ctx_host.use(host):
-                plan = preflight(host)
-                commands = host_commands(state, host)
-                status = host.get_fact(Command, command="cat /var/lib/dpkg/status")
-            report += fill_host(directory, host.name, plan, commands, status, data)
+                hosts.append((host.name, preflight(host), host_commands(state, host),
+                              host.get_fact(Command, command="cat /var/lib/dpkg/status")))
+    data: dict = {}
+    for name, plan, _, _ in hosts:  # every conflict before the first download
+        agree(data, name, host_settings(plan))
+    directory.mkdir(parents=True, exist_ok=True)
+    report = []
+    for name, plan, commands, status in hosts:
+        report += fill_host(directory, name, plan, commands, status, data)
     data = {k: v for k, v in data.items() if v is not None}  # None: each host keeps its own value
     (directory / "settings.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     report.append(f"{directory}/settings.json: {', '.join(sorted(data))}")
@@ -182,20 +241,61 @@ def served_settings(repositories: list[tuple[str, tuple[str, ...], tuple[str, ..
     return out
 
 
+def managed_repositories_of(plan) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    """(URI, suites, components) of each apt repository the deploy manages on the host of `plan`
+    (roles/base/decide.py managed_repositories), NVIDIA's flat repository with no components."""
+    from roles.base.decide import COMPONENTS, managed_repositories
+
+    return [(uri, suites, () if suites == ("/",) else COMPONENTS[plan.platform.family])
+            for uri, suites in managed_repositories(plan.settings, plan.platform)]
+
+
+def host_settings(plan) -> dict:
+    """The settings a deploy from the directory passes for the host of `plan` ({base} for the server's URL;
+    llama_cpp_source None where the host's archive is pushed from the control machine: it keeps its own). Known
+    before anything is downloaded: the files are stored under their URL's file name."""
+    from roles.vllm.versions import UV_WHEEL_URL
+
+    out = served_settings(managed_repositories_of(plan), plan.settings.cuda_nvidia_repo_url)
+    if plan.vllm:
+        out["vllm_index_url"] = "{base}/pypi/simple"
+        out["vllm_uv_wheel_url"] = f"{{base}}/pypi/files/{url_file_name(UV_WHEEL_URL)}"
+    if plan.llama_cpp and plan.llama_cpp.source_is_local:  # a served URL passed to all would replace it
+        out["llama_cpp_source"] = None
+    elif plan.llama_cpp:
+        out["llama_cpp_source"] = f"{{base}}/files/{url_file_name(plan.llama_cpp.source.url)}"
+        out["llama_cpp_source_sha256"] = plan.llama_cpp.source.sha256
+    if any(is_url(i.settings.model_source or "") for i in (plan.llama_cpp.instances if plan.llama_cpp else ())):
+        out["llama_cpp_model_mirror"] = "{base}/models"
+    return out
+
+
+def agree(data: dict, name: str, settings: dict) -> None:
+    """Add host `name`'s `settings` (host_settings) to `data`, the settings of the hosts filled before: one deploy
+    passes one value of each to every host. Raises OfflineError naming the setting and both values."""
+    own = "its own (a control-machine archive, pushed over SSH)"
+    for key, value in settings.items():
+        if data.setdefault(key, value) != value:
+            raise offline_apt.OfflineError(
+                f"{name}: {key} would be {own if value is None else value}, another host's is "
+                f"{own if data[key] is None else data[key]}: fill and deploy hosts that differ there from separate "
+                "directories (--limit, or one inventory per distribution family or llama.cpp source)")
+
+
 def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status: str, data: dict) -> list[str]:
     """Fill `directory` for one host: `plan` its preflight plan (roles.preflight), `commands` what its deploy would
     run now (host_commands), `dpkg_status` its /var/lib/dpkg/status. Adds the settings a deploy from the directory
-    needs to `data` ({base} for the server's URL). Returns report lines. Raises offline_apt.OfflineError (also for
-    a host whose distribution differs from one filled before into the same `data`), offline_pypi's errors."""
-    from roles.base.decide import COMPONENTS, managed_repositories
+    needs to `data` ({base} for the server's URL), refusing before any download a host whose settings differ from
+    those filled before into the same `data` (agree). Returns report lines. Raises offline_apt.OfflineError,
+    offline_pypi's errors."""
     from roles.cuda.versions import NVIDIA_REPO_KEY_FILE
     from roles.vllm.versions import UV_WHEEL_SHA256, UV_WHEEL_URL
 
+    agree(data, name, host_settings(plan))
     report = []
     apt_root = directory / "apt"
     packages = offline_apt.apt_packages(commands)
-    repos = [(uri, suites, () if suites == ("/",) else COMPONENTS[plan.platform.family])
-             for uri, suites in managed_repositories(plan.settings, plan.platform)]
+    repos = managed_repositories_of(plan)
     for uri, suites, components in repos:
         for suite in suites:
             offline_apt.fill_repository(apt_root, uri, suite, components, "amd64")
@@ -206,34 +306,20 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
     offline_apt.fill_debs(apt_root, debs, {urlparse(u).netloc: urlparse(u).scheme for u, _, _ in repos})
     report.append(f"{name}: apt: {len(packages)} packages asked for, {len(debs)} .debs "
                   f"({sum(d.size for d in debs) / 2**30:.2f} GiB)")
-    def agree(key: str, value) -> None:  # one deploy passes one value of each setting to every host
-        if data.setdefault(key, value) != value:  # None: the host keeps its own (not written to settings.json)
-            own = "its own (a control-machine archive, pushed over SSH)"
-            raise offline_apt.OfflineError(f"{name}: {key} would be {own if value is None else value}, another "
-                                           f"host's is {own if data[key] is None else data[key]}: fill "
-                                           "and deploy hosts that differ there from separate directories (--limit, "
-                                           "or one inventory per distribution or llama.cpp source)")
-
-    for key, value in served_settings(repos, plan.settings.cuda_nvidia_repo_url).items():
-        agree(key, value)
+    if not packages:
+        report.append(f"{name}: has every package its deploy installs, so no .deb was filled for it: a directory "
+                      "filled from a provisioned host cannot provision a fresh one (fill from a fresh host)")
     if plan.vllm:
         wheels = offline_pypi.fill_wheels(plan.vllm.lock, plan.vllm.python, directory / "pypi")
         uv = offline_pypi.fill_file(UV_WHEEL_URL, UV_WHEEL_SHA256, directory / "pypi" / "files")
-        agree("vllm_index_url", "{base}/pypi/simple")
-        agree("vllm_uv_wheel_url", f"{{base}}/pypi/files/{uv.name}")
         report.append(f"{name}: PyPI: {len(wheels)} wheels of {plan.vllm.lock.name}, uv {uv.name}")
-    if plan.llama_cpp and plan.llama_cpp.source_is_local:  # a served URL passed to all would replace it
-        agree("llama_cpp_source", None)
-    elif plan.llama_cpp:
+    if plan.llama_cpp and not plan.llama_cpp.source_is_local:
         src = plan.llama_cpp.source
         path = offline_pypi.fill_file(src.url, src.sha256, directory / "files")
-        agree("llama_cpp_source", f"{{base}}/files/{path.name}")
-        agree("llama_cpp_source_sha256", src.sha256)
         report.append(f"{name}: llama.cpp source {path.name}")
     for inst in plan.llama_cpp.instances if plan.llama_cpp else ():
         if is_url(url := inst.settings.model_source or ""):  # served as MIRROR/SHA256/FILE
             sha = inst.settings.model_sha256
             path = offline_pypi.fill_file(url, sha, directory / "models" / sha)
-            agree("llama_cpp_model_mirror", "{base}/models")
             report.append(f"{name}: {inst.name}: model {path.name} ({path.stat().st_size / 2**30:.2f} GiB)")
     return report
