@@ -1,6 +1,6 @@
 # make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification (tens of minutes)
 # make test       every test: settings, plan-level and lab (fresh lab hosts, tens of minutes on 2 cores)
-# make test-fast  settings and plan-level tests only (about 3.5 minutes on 2 cores, no lab, no root)
+# make test-fast  settings and plan-level tests only (about 6 minutes on 2 cores, no lab, no root)
 # make mutation   mutation testing of the decision modules (mutmut; an hour or more, not part of make test)
 .PHONY: setup setup-lab lab test test-fast mutation clean-lab
 
@@ -11,7 +11,10 @@ setup-lab:
 	./tools/setup.sh --lab
 
 lab: setup-lab
+	@echo "make lab: the first deploy of both hosts runs for about 12 minutes before its tests print; follow it with"
+	@echo "  tail -f build/lab-logs/deploy-1.log"
 	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive and not cluster" --durations=12
+	.venv/bin/v100kit verify inventory/lab.py -- -v -rs  # the host checks a user runs on real boxes, on the lab hosts
 
 test: setup-lab
 	.venv/bin/python -m pytest -rs --durations=20

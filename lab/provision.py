@@ -65,10 +65,14 @@ def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ..
     proc = subprocess.Popen([PYINFRA, "-y", "--json", *mode, *(extra_args or []), inventory, *files],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stamped: list[tuple[float, str]] = []  # stderr lines with the time they arrived: where the deploy's time goes
+    log = LOGS / f"{label}.log"
 
     def read_stderr() -> None:
-        for line in proc.stderr:
-            stamped.append((time.monotonic() - t0, line))
+        with log.open("w") as live:  # followable while the deploy runs (`tail -f`); rewritten whole at the end
+            for line in proc.stderr:
+                stamped.append((time.monotonic() - t0, line))
+                live.write(line)
+                live.flush()
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
@@ -88,7 +92,7 @@ def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ..
         for t, line in plain:
             if starts[0][0] <= t <= results_at and (m := _HOST_LINE.match(line)):
                 run.host_seconds[m.group(1)] = t
-    (LOGS / f"{label}.log").write_text(stderr + "\n" + stdout)
+    log.write_text(stderr + "\n" + stdout)
     try:
         results = json.loads(stdout)["results"]["operations"]
     except (ValueError, KeyError, TypeError):
