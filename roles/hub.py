@@ -103,6 +103,9 @@ def source_problem(value: str, needs_file: bool) -> str | None:
     m = HUB_SOURCE.match(value)
     if not m:
         return "not hf://ORG/REPO@COMMIT" + ("/FILE.gguf" if needs_file else "")
+    if not COMMIT.match(m["revision"]) and COMMIT.match(m["revision"].lower()):  # the hub's ids are lower case
+        return (f"revision {m['revision']!r} is a commit hash in upper case: the hub names commits in lower case; "
+                f"write it as {m['revision'].lower()!r}")
     if not COMMIT.match(m["revision"]):
         return (f"revision {m['revision']!r} is not a commit hash (40 lower-case hex digits): a branch or tag moves, and the "
                 "next deploy would serve other weights")

@@ -424,8 +424,13 @@ def _explain(err: dict) -> str:
                        "'-' and '_' (they become systemd unit names)", "rename the instance, e.g. 'gemma27b'")
     f = model.model_fields.get(field_name) or Settings.model_fields[loc[0]]
     default = f.get_default(call_default_factory=True)
-    return problem(key, err.get("input"), err["msg"],
-                   f"set {key} to a valid value ({f.description}; default {default!r})")
+    value, why = err.get("input"), err["msg"]
+    if err["type"] == "string_pattern_mismatch" and err["ctx"]["pattern"].startswith("^https?://"):  # a URL setting
+        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(value)):
+            why = "not a URL: it does not start with http:// or https://"
+        elif err["ctx"]["pattern"].endswith("/$") and not str(value).endswith("/"):
+            why = "the URL must end in '/'"
+    return problem(key, value, why, f"set {key} to a valid value ({f.description}; default {default!r})")
 
 
 def settings_table() -> str:

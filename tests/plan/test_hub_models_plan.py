@@ -142,6 +142,8 @@ def test_a_second_deploy_needs_no_hub(stand_in, repos):
     (f"hf://org/tiny-gguf@main/tiny-F32.gguf", "is not a commit hash"),
     (f"hf://org/tiny-gguf@{GGUF_COMMIT}", "names no .gguf file"),
     (f"hf://org/tiny-gguf@{GGUF_COMMIT[:12]}/tiny-F32.gguf", "is not a commit hash"),
+    (f"hf://org/tiny-gguf@{GGUF_COMMIT.upper()}/tiny-F32.gguf", f"in upper case: the hub names commits in lower "
+                                                                f"case; write it as {GGUF_COMMIT!r}"),
     ("hf://tiny-gguf/tiny-F32.gguf", "not hf://ORG/REPO@COMMIT/FILE.gguf"),
 ])
 def test_llama_cpp_hub_source_in_the_wrong_form_is_refused(stand_in, source, why):

@@ -83,3 +83,14 @@ def test_typos_in_pyinfras_own_keys_are_refused_too():
         "you mean '_sudo'? Rename it",
         "ssh_usr = 'admin': not a key pyinfra knows either (its SSH connector's data or its global arguments). Fix: "
         "did you mean 'ssh_user'? Rename it"]
+
+
+def test_a_mirror_without_its_scheme_says_so_instead_of_the_pattern():
+    """A URL setting given as a host name (the most common slip with a mirror) is named as not a URL; the regular
+    expression it failed is no help to a user."""
+    assert refusal({"base_apt_mirror": "mirror.example.org/debian"}) == [
+        "base_apt_mirror = 'mirror.example.org/debian': not a URL: it does not start with http:// or https://. "
+        + help_fix("base_apt_mirror", "base_apt_mirror")]
+    assert refusal({"llama_cpp_model_mirror": "ftp://mirror.example.org/models"})[0].startswith(
+        "llama_cpp_model_mirror = 'ftp://mirror.example.org/models': String should match pattern")  # a scheme: the
+    # pattern's own words (only http and https are fetched)
