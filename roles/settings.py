@@ -425,10 +425,11 @@ def _explain(err: dict) -> str:
     f = model.model_fields.get(field_name) or Settings.model_fields[loc[0]]
     default = f.get_default(call_default_factory=True)
     value, why = err.get("input"), err["msg"]
-    if err["type"] == "string_pattern_mismatch" and err["ctx"]["pattern"].startswith("^https?://"):  # a URL setting
-        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(value)):
-            why = "not a URL: it does not start with http:// or https://"
-        elif err["ctx"]["pattern"].endswith("/$") and not str(value).endswith("/"):
+    pattern = (err.get("ctx") or {}).get("pattern", "")
+    if err["type"] == "string_pattern_mismatch" and pattern.startswith("^https?://"):  # a URL setting
+        if not re.match(r"https?://", str(value)):
+            why = "not an http:// or https:// URL (those are the only ones the hosts fetch)"
+        elif re.match(pattern, f"{value}/"):
             why = "the URL must end in '/'"
     return problem(key, value, why, f"set {key} to a valid value ({f.description}; default {default!r})")
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from fnmatch import fnmatch
 from pathlib import Path
 
 from pyinfra.api import Config, State
 from pyinfra.api.connect import connect_all
-from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.exceptions import NoGroupError, PyinfraError
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_cli.inventory import make_inventory
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class UnknownHost(ValueError):
-    """A --limit host name that is not in the inventory, or an inventory file that does not exist."""
+    """A --limit item that selects no host of the inventory, or an inventory file that does not exist or fails to run."""
 
 
 def inventory_path(inventory: str, cwd: Path) -> str:
@@ -35,25 +36,41 @@ def inventory_path(inventory: str, cwd: Path) -> str:
 
 
 def load_inventory(inventory_file: str, limit: list[str] | None):
-    """pyinfra's Inventory of `inventory_file` (a path from inventory_path, or host names), read as pyinfra's CLI
-    reads it: from the project root, where group_data/ is (the process moves there). Raises UnknownHost for a
-    `limit` name the inventory lacks (a typo must not read as "no host, nothing wrong")."""
+    """(pyinfra's Inventory of `inventory_file`, the hosts `limit` selects in inventory order: all without one),
+    `inventory_file` a path from inventory_path or host names, read as pyinfra's CLI reads it: from the project
+    root, where group_data/ is (the process moves there). A `limit` item selects as pyinfra's --limit does: a group
+    name, else host names matching it as a glob (fnmatch). Raises UnknownHost for an item that selects nothing (a
+    typo must not read as "no host, nothing wrong") and for an inventory file that fails to run."""
     os.chdir(ROOT)  # group_data/ is found relative to the project, as for pyinfra's CLI
     tcp_nodelay()  # as config.py does for pyinfra's CLI
-    with ctx_state.use(State()):  # inventory files are executed in a pyinfra context
-        inventory = make_inventory(inventory_file, cwd=str(ROOT))
-    names = [h.name for h in inventory]
-    if unknown := sorted(set(limit or ()) - set(names)):
-        raise UnknownHost(f"--limit {', '.join(unknown)}: no such host in {inventory_file} "
-                          f"(its hosts: {', '.join(names) or 'none'})")
-    return inventory
+    try:
+        with ctx_state.use(State()):  # inventory files are executed in a pyinfra context
+            inventory = make_inventory(inventory_file, cwd=str(ROOT))
+    except Exception as e:  # the user's Python (pyinfra wraps its errors, and its wrapper's str() can fail)
+        cause = getattr(e, "exception", e)
+        raise UnknownHost(f"inventory {inventory_file}: {type(cause).__name__}: {cause}: fix the file "
+                          "(`python3 FILE` shows where)") from None
+    hosts = list(inventory)
+    selected = set()
+    for pattern in limit or ():
+        try:
+            matches = inventory.get_group(pattern)
+        except NoGroupError:
+            matches = [h for h in hosts if fnmatch(h.name, pattern)]
+        if not matches:
+            groups = sorted(g for g in inventory.groups if inventory.groups[g])
+            raise UnknownHost(f"--limit {pattern}: no such host in {inventory_file}, nor a group "
+                              f"(its hosts: {', '.join(h.name for h in hosts) or 'none'}; "
+                              f"its groups: {', '.join(groups) or 'none'})")
+        selected.update(matches)
+    return inventory, [h for h in hosts if not limit or h in selected]
 
 
 def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: bool = False) -> dict:
     """{host name: fn(host, preflight(host, diagnosing, deploying=False)), or the error string when the host cannot be reached or
     refused}. Read-only: only facts are gathered. Raises UnknownHost for a `limit` name the inventory lacks (a typo
     must not read as "every host healthy")."""
-    inventory = load_inventory(inventory_path(inventory_file, Path.cwd()), limit)
+    inventory, selected = load_inventory(inventory_path(inventory_file, Path.cwd()), limit)
     state = State(inventory, Config())
     state.init(inventory, Config())
     results: dict = {}
@@ -62,9 +79,7 @@ def for_each_host(inventory_file: str, limit: list[str] | None, fn, diagnosing: 
             connect_all(state)
         except PyinfraError:  # pyinfra gives up when no host at all answers: each is then "cannot connect"
             pass
-        for host in inventory:
-            if limit and host.name not in limit:
-                continue
+        for host in selected:
             if host not in state.activated_hosts:
                 results[host.name] = "cannot connect"
                 continue

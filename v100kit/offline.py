@@ -54,16 +54,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fill = sub.add_parser("fill", help="fill DIR with everything the inventory's hosts download")
     fill.add_argument("dir", help="the directory to fill (created; a directory filled before is completed)")
     fill.add_argument("inventory", help="pyinfra inventory of the hosts, e.g. inventory/site.py (read over SSH)")
-    fill.add_argument("--limit", action="append", metavar="HOST", help="only this host (repeatable)")
+    fill.add_argument("--limit", action="append", metavar="HOST",
+                      help="only this host or group (repeatable; a glob matches host names)")
     for name, help_ in (("deploy", "serve DIR and deploy the inventory from it"), ("serve", "only serve DIR")):
-        p = sub.add_parser(name, help=help_)
+        usage = "%(prog)s DIR INVENTORY --address ADDR [--port PORT] [--limit HOST] [-- PYINFRA ARGS]" \
+            if name == "deploy" else None
+        p = sub.add_parser(name, help=help_, usage=usage)
         p.add_argument("dir", help="a directory `v100kit offline fill` filled")
         if name == "deploy":
             p.add_argument("inventory", help="pyinfra inventory of the hosts to deploy")
-            p.add_argument("--limit", action="append", metavar="HOST", help="only this host (repeatable)")
+            p.add_argument("--limit", action="append", metavar="HOST",
+                           help="only this host or group (repeatable; a glob matches host names)")
             p.set_defaults(passthrough=[])  # what follows `--`: more pyinfra arguments (e.g. -- --json)
         p.add_argument("--address", required=True, help="IPv4 address of this machine that the hosts reach")
-        p.add_argument("--port", type=int, default=DEFAULT_PORT)
+        p.add_argument("--port", type=port, default=DEFAULT_PORT,
+                       help=f"TCP port to serve on (default {DEFAULT_PORT}; 0: any free one)")
+
+
+def port(value: str) -> int:
+    """--port: a TCP port number, 0 to 65535 (argparse type; raises ArgumentTypeError)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{value}: a TCP port is 0 to 65535 (0: any free one)")
+    return number
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,12 +99,7 @@ def _run(args: argparse.Namespace, directory: Path) -> int:
             print(line)
         return 0
     address = listen_address(args.address)
-    settings = directory / "settings.json"
-    if not settings.is_file():
-        raise offline_apt.OfflineError(f"{directory} holds no settings.json: run `v100kit offline fill` first")
-    if "base_apt_mirror" not in (filled := json.loads(settings.read_text() or "null") or {}):
-        raise offline_apt.OfflineError(f"{settings} names no apt mirror ({sorted(filled) or 'empty'}): no host was "
-                                       "filled into it; run `v100kit offline fill` again with the hosts to deploy")
+    filled_settings(directory)  # refused here, before the server starts
     inventory = None
     if args.action == "deploy":  # a --limit typo is refused here, not by pyinfra with exit 0
         inventory = inventory_path(args.inventory, Path.cwd())
@@ -97,8 +108,11 @@ def _run(args: argparse.Namespace, directory: Path) -> int:
         data = deploy_data(directory, base)
         if args.action == "serve":
             print(f"serving {directory} at {base}; pyinfra data for the deploy:")
-            print(json.dumps(data, indent=2))
-            wait_until_interrupted()
+            print(json.dumps(data, indent=2), flush=True)
+            try:
+                wait_until_interrupted()
+            except KeyboardInterrupt:
+                print(f"stopped serving {directory}")
             return 0
         limit = [a for h in args.limit or () for a in ("--limit", h)]
         cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", *limit, *data_args(data), *args.passthrough,
@@ -120,9 +134,10 @@ def listen_address(address: str) -> str:
     except ValueError:
         raise offline_apt.OfflineError(f"--address {address}: not an IP address; give the IPv4 address of this "
                                        "machine that the hosts reach (e.g. its end of their private network)") from None
-    if ip.version != 4 or ip.is_unspecified:
+    if ip.version != 4 or ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
         raise offline_apt.OfflineError(f"--address {address}: the hosts fetch from this address, so it must be one "
-                                       "IPv4 address of this machine that they reach (not 0.0.0.0, not IPv6)")
+                                       "IPv4 address of this machine that they reach (not 0.0.0.0, not IPv6, not "
+                                       "multicast or broadcast)")
     return address
 
 
@@ -131,9 +146,30 @@ def data_args(data: dict) -> list[str]:
     return [a for k, v in data.items() for a in ("--data", f"{k}={json.dumps(v)}")]
 
 
+def filled_settings(directory: Path) -> dict[str, str]:
+    """DIR/settings.json as `fill` wrote it: {setting: value with {base}}. Raises OfflineError naming the file and the
+    fix when DIR is not a directory, or the file is missing, not JSON, or not what a completed fill writes (a JSON
+    object of strings with base_apt_mirror: every fill gives each host's distribution archive)."""
+    settings = directory / "settings.json"
+    if directory.exists() and not directory.is_dir():
+        raise offline_apt.OfflineError(f"{directory} is a file: give the directory `v100kit offline fill` filled")
+    if not settings.is_file():
+        raise offline_apt.OfflineError(f"{directory} holds no settings.json: run `v100kit offline fill` first")
+    fix = "no fill completed there; run `v100kit offline fill` again with the hosts to deploy"
+    try:
+        data = json.loads(settings.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise offline_apt.OfflineError(f"{settings} is not JSON ({e}): {fix}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise offline_apt.OfflineError(f"{settings} is not a JSON object of setting: string: {fix}")
+    if "base_apt_mirror" not in data:
+        raise offline_apt.OfflineError(f"{settings} names no apt mirror ({sorted(data) or 'empty'}): {fix}")
+    return data
+
+
 def deploy_data(directory: Path, base: str) -> dict:
-    """The settings.json of DIR with {base} replaced by the server's URL."""
-    return json.loads((directory / "settings.json").read_text().replace("{base}", base.rstrip("/")))
+    """The settings.json of DIR (filled_settings) with {base} replaced by the server's URL."""
+    return {k: v.replace("{base}", base.rstrip("/")) for k, v in filled_settings(directory).items()}
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -157,8 +193,8 @@ def serve(directory: Path, address: str, port: int = 0, record: list | None = No
     try:
         server = http.server.ThreadingHTTPServer((address, port), functools.partial(handler, directory=str(directory)))
     except OSError as e:
-        raise OSError(e.errno, f"cannot listen on {address}:{port} ({e.strerror}): give an address of this machine "
-                               "(`ip -4 addr`) and a free --port") from None
+        raise OSError(f"cannot listen on {address}:{port} ({e.strerror}): give an address of this machine "
+                      "(`ip -4 addr`) and a free --port") from None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://{address}:{server.server_address[1]}"
@@ -194,10 +230,14 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
 
     if directory.exists() and not directory.is_dir():
         raise offline_apt.OfflineError(f"{directory} is a file: give a directory (a new one, or one filled before)")
-    inventory = load_inventory(inventory_file, limit)
+    inventory, wanted = load_inventory(inventory_file, limit)
+    if not wanted:
+        raise offline_apt.OfflineError(f"{inventory_file} has no hosts: give the inventory of the hosts to fill for")
+    data: dict = {}
+    if (directory / "settings.json").exists():  # filled before: the hosts filled then are deployed from it too
+        data = filled_settings(directory)
     state = State(inventory, Config())
     state.init(inventory, Config())
-    wanted = [h for h in inventory if not limit or h.name in limit]
     state.limit_hosts = wanted
     hosts = []
     with ctx_state.use(state):
@@ -214,8 +254,7 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
             with ctx_host.use(host):
                 hosts.append((host.name, preflight(host), host_commands(state, host),
                               host.get_fact(Command, command="cat /var/lib/dpkg/status")))
-    data: dict = {}
-    for name, plan, _, _ in hosts:  # every conflict before the first download
+    for name, plan, _, _ in hosts:  # every conflict, with these hosts and those filled before, before any download
         agree(data, name, host_settings(plan))
     directory.mkdir(parents=True, exist_ok=True)
     report = []
@@ -279,7 +318,8 @@ def agree(data: dict, name: str, settings: dict) -> None:
             raise offline_apt.OfflineError(
                 f"{name}: {key} would be {own if value is None else value}, another host's is "
                 f"{own if data[key] is None else data[key]}: fill and deploy hosts that differ there from separate "
-                "directories (--limit, or one inventory per distribution family or llama.cpp source)")
+                "directories (--limit, or one inventory per distribution family or llama.cpp source), or remove "
+                "the directory's settings.json to fill it anew for other hosts")
 
 
 def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status: str, data: dict) -> list[str]:

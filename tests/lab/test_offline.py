@@ -44,6 +44,7 @@ def offline():
     # the host, and the directory when it is not filled yet (its .debs and wheels: about 6 GiB)
     lab.check_disk((OFFLINE_HOST,), HOST_DISK_GIB + (0 if (DIRECTORY / "settings.json").is_file() else 6))
     lab.up(OFFLINE_HOST)
+    (DIRECTORY / "settings.json").unlink(missing_ok=True)  # filled anew for this host (its files stay, checked)
     with serve(tiny_model().parent, "127.0.0.1", OFFLINE_MODEL_PORT):  # the model's URL exists for the fill only
         fill = subprocess.run([*V100KIT, "offline", "fill", str(DIRECTORY), INVENTORY], capture_output=True,
                               text=True)

@@ -61,7 +61,7 @@ def test_uv_wheel_from_a_mirror_is_checked_against_the_pinned_sha256(model):
 
 @pytest.mark.parametrize("key, value, expect", [
     ("cuda_nvidia_repo_url", "https://mirror.example.org/nvidia-cuda", r"cuda_nvidia_repo_url = 'https://mirror\.example\.org/nvidia-cuda': the URL must end in '/'\. Fix: set cuda_nvidia_repo_url to a valid value \(root of NVIDIA's CUDA repository"),
-    ("vllm_index_url", "pypi.example.org/simple", r"vllm_index_url = 'pypi\.example\.org/simple': not a URL: it does not start with http:// or https://\. Fix: set vllm_index_url to a valid value"),
+    ("vllm_index_url", "pypi.example.org/simple", r"vllm_index_url = 'pypi\.example\.org/simple': not an http:// or https:// URL \(those are the only ones the hosts fetch\)\. Fix: set vllm_index_url to a valid value"),
     ("vllm_uv_wheel_url", "https://mirror.example.org/uv.tar.gz", r"vllm_uv_wheel_url = 'https://mirror\.example\.org/uv\.tar\.gz'.*Fix: set vllm_uv_wheel_url"),
 ])
 def test_bad_mirror_settings_are_refused_before_any_command(key, value, expect):

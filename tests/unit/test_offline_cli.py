@@ -68,6 +68,8 @@ def test_dir_that_is_a_file_is_refused(inventory, tmp_path, capsys):
 
 @pytest.mark.parametrize("address, words", [
     ("0.0.0.0", ["--address 0.0.0.0", "IPv4 address of this machine"]),
+    ("224.0.0.1", ["--address 224.0.0.1", "not multicast or broadcast"]),
+    ("255.255.255.255", ["--address 255.255.255.255", "not multicast or broadcast"]),
     ("::1", ["--address ::1", "not IPv6"]),
     ("gpu.example", ["--address gpu.example: not an IP address"]),
     ("192.0.2.1", ["cannot listen on 192.0.2.1", "give an address of this machine"]),
@@ -79,12 +81,48 @@ def test_an_address_the_hosts_cannot_use_is_refused(address, words, filled, caps
 
 
 @pytest.mark.parametrize("content, words", [
-    ("{not json", ["Expecting property name"]),
-    ("{}", ["names no apt mirror", "run `v100kit offline fill` again"]),
+    ("{not json", ["settings.json is not JSON (Expecting property name"]),
+    ("{}", ["names no apt mirror"]),
+    ("5", ["is not a JSON object of setting: string"]),
+    ('[1, "a"]', ["is not a JSON object of setting: string"]),
+    ('"base_apt_mirror"', ["is not a JSON object of setting: string"]),
+    ('{"base_apt_mirror": null}', ["is not a JSON object of setting: string"]),
 ])
-def test_a_settings_json_no_fill_wrote_is_refused(content, words, filled, inventory, capsys):
+@pytest.mark.parametrize("action", ["deploy", "serve", "fill"])
+def test_a_settings_json_no_fill_wrote_is_refused(action, content, words, filled, inventory, capsys):
+    """deploy and serve refuse it before serving; fill (which completes a directory filled before) before it
+    connects to any host."""
     (filled / "settings.json").write_text(content)
-    refused(capsys, ["offline", "deploy", str(filled), inventory, "--address", "127.0.0.1"], *words)
+    argv = ["offline", action, str(filled)] + ([] if action == "serve" else [inventory])
+    refused(capsys, argv + ([] if action == "fill" else ["--address", "127.0.0.1"]), str(filled / "settings.json"),
+            *words, "run `v100kit offline fill` again")
+
+
+def test_serve_of_a_file_says_so(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    refused(capsys, ["offline", "serve", str(tmp_path / "afile"), "--address", "127.0.0.1"], "afile is a file")
+
+
+@pytest.mark.parametrize("value", ["70000", "-1", "http"])
+def test_a_port_out_of_range_is_a_usage_error(value, filled, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["offline", "serve", str(filled), "--address", "127.0.0.1", "--port", value])
+    assert e.value.code == 2 and f"--port: {value}: a TCP port is 0 to 65535" in capsys.readouterr().err
+
+
+def test_an_inventory_without_hosts_is_refused_before_dir_is_created(tmp_path, capsys):
+    (tmp_path / "empty.py").write_text("hosts = []\n")
+    refused(capsys, ["offline", "fill", str(tmp_path / "d"), str(tmp_path / "empty.py")], "has no hosts")
+    assert not (tmp_path / "d").exists()
+
+
+def test_serve_stops_on_ctrl_c_with_exit_0(filled, capsys, monkeypatch):
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(offline, "wait_until_interrupted", interrupted)
+    assert main(["offline", "serve", str(filled), "--address", "127.0.0.1", "--port", "0"]) == 0
+    out = capsys.readouterr().out
+    assert '"base_apt_mirror": "http://127.0.0.1:' in out and out.endswith(f"stopped serving {filled}\n")
 
 
 def test_a_download_that_fails_is_one_line(inventory, tmp_path, capsys, monkeypatch):

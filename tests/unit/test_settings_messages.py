@@ -89,8 +89,14 @@ def test_a_mirror_without_its_scheme_says_so_instead_of_the_pattern():
     """A URL setting given as a host name (the most common slip with a mirror) is named as not a URL; the regular
     expression it failed is no help to a user."""
     assert refusal({"base_apt_mirror": "mirror.example.org/debian"}) == [
-        "base_apt_mirror = 'mirror.example.org/debian': not a URL: it does not start with http:// or https://. "
+        "base_apt_mirror = 'mirror.example.org/debian': not an http:// or https:// URL (those are the only ones the hosts fetch). "
         + help_fix("base_apt_mirror", "base_apt_mirror")]
-    assert refusal({"llama_cpp_model_mirror": "ftp://mirror.example.org/models"})[0].startswith(
-        "llama_cpp_model_mirror = 'ftp://mirror.example.org/models': String should match pattern")  # a scheme: the
-    # pattern's own words (only http and https are fetched)
+    for value in ("ftp://mirror.example.org/models", "HTTP://mirror.example.org/models"):
+        assert refusal({"llama_cpp_model_mirror": value})[0].startswith(
+            f"llama_cpp_model_mirror = {value!r}: not an http:// or https:// URL")
+    assert refusal({"cuda_nvidia_repo_url": "ftp://mirror.example.org/cuda/"})[0].startswith(
+        "cuda_nvidia_repo_url = 'ftp://mirror.example.org/cuda/': not an http:// or https:// URL")
+    assert refusal({"cuda_nvidia_repo_url": "https://mirror.example.org/cuda"})[0].startswith(
+        "cuda_nvidia_repo_url = 'https://mirror.example.org/cuda': the URL must end in '/'. Fix")
+    assert refusal({"cuda_nvidia_repo_url": "https://mirror.example.org/cuda?x=1"})[0].startswith(  # a '/' would
+        "cuda_nvidia_repo_url = 'https://mirror.example.org/cuda?x=1': String should match pattern")  # not do
