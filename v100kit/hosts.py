@@ -52,7 +52,8 @@ def load_inventory(inventory_file: str, limit: list[str] | None):
                           "(`python3 FILE` shows where)") from None
     hosts = list(inventory)
     selected = set()
-    for pattern in limit or ():
+    for pattern in limit or ():  # pyinfra_cli.cli._get_inventory_pattern_matches's rule; that one is private and
+        # logs its own warning where this raises
         try:
             matches = inventory.get_group(pattern)
         except NoGroupError:

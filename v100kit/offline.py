@@ -146,13 +146,19 @@ def data_args(data: dict) -> list[str]:
     return [a for k, v in data.items() for a in ("--data", f"{k}={json.dumps(v)}")]
 
 
+def not_a_file(directory: Path) -> None:
+    """Raise OfflineError when DIR exists and is not a directory."""
+    if directory.exists() and not directory.is_dir():
+        raise offline_apt.OfflineError(f"{directory} is a file: give a directory (for fill a new one or one filled "
+                                       "before, for serve and deploy one that fill filled)")
+
+
 def filled_settings(directory: Path) -> dict[str, str]:
     """DIR/settings.json as `fill` wrote it: {setting: value with {base}}. Raises OfflineError naming the file and the
     fix when DIR is not a directory, or the file is missing, not JSON, or not what a completed fill writes (a JSON
     object of strings with base_apt_mirror: every fill gives each host's distribution archive)."""
     settings = directory / "settings.json"
-    if directory.exists() and not directory.is_dir():
-        raise offline_apt.OfflineError(f"{directory} is a file: give the directory `v100kit offline fill` filled")
+    not_a_file(directory)
     if not settings.is_file():
         raise offline_apt.OfflineError(f"{directory} holds no settings.json: run `v100kit offline fill` first")
     fix = "no fill completed there; run `v100kit offline fill` again with the hosts to deploy"
@@ -228,8 +234,7 @@ def fill(directory: Path, inventory_file: str, limit: list[str] | None) -> list[
 
     from roles.preflight import preflight
 
-    if directory.exists() and not directory.is_dir():
-        raise offline_apt.OfflineError(f"{directory} is a file: give a directory (a new one, or one filled before)")
+    not_a_file(directory)
     inventory, wanted = load_inventory(inventory_file, limit)
     if not wanted:
         raise offline_apt.OfflineError(f"{inventory_file} has no hosts: give the inventory of the hosts to fill for")
