@@ -1,8 +1,9 @@
 # make lab        provision the bundled lab hosts (Debian 12 + 13) and show the verification (tens of minutes)
-# make test       every test: settings, plan-level and lab (fresh lab hosts, tens of minutes on 2 cores)
+# make test       CI's tier: settings, plan-level and lab (fresh lab hosts); tests/tiers.toml's suites excluded
+# make test-all   the full tier: tests/tiers.toml's suites (second toolkit, Ray cluster, offline, field states, ...)
 # make test-fast  settings and plan-level tests only (about 6 minutes on 2 cores, no lab, no root)
 # make mutation   mutation testing of the decision modules (mutmut; an hour or more, not part of make test)
-.PHONY: setup setup-lab lab test test-fast mutation clean-lab
+.PHONY: setup setup-lab lab test test-all test-fast mutation clean-lab
 
 setup:
 	./tools/setup.sh
@@ -13,14 +14,17 @@ setup-lab:
 lab: setup-lab
 	@echo "make lab: the first deploy of both hosts runs for about 12 minutes before its tests print; follow it with"
 	@echo "  tail -f build/lab-logs/deploy-1.log"
-	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive and not cluster" --durations=12
+	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive and not cluster and not full" --durations=12
 	.venv/bin/v100kit verify inventory/lab.py -- -v -rs  # the host checks a user runs on real boxes, on the lab hosts
 
 test: setup-lab
-	.venv/bin/python -m pytest -rs --durations=20
+	.venv/bin/python -m pytest -rs --durations=20 -m "not full"
+
+test-all: setup-lab
+	.venv/bin/python -m pytest -rs --durations=20 -m full
 
 test-fast: setup
-	.venv/bin/python -m pytest -m "not lab" -q
+	.venv/bin/python -m pytest -m "not lab and not full" -q
 
 mutation: setup
 	./tools/mutation.sh

@@ -22,6 +22,8 @@ LOGS = ROOT / "build" / "lab-logs"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STARTING = re.compile(r"^--> Starting (?:[\w ]+ )?operation: (.*?)(?: \(.*\))?$")
 _HOST_LINE = re.compile(r"^\s*\[([\w.@-]+)\] ")
+#: the one line pyinfra prints for each host and operation, in operation order, when the host is done with it
+_STATUS = re.compile(r"^\s*\[([\w.@-]+)\] (?:Success|No changes|Skipped|Error)\b")
 #: Lab deploys let each host run its operations without waiting for the others at every operation (pyinfra's
 #: --no-wait): a host's DKMS build no longer holds the other host's CUDA unpack or venv download. The plan, and so
 #: every refusal, is still made for all hosts before any operation runs. V100KIT_LAB_NO_WAIT=0 runs in lockstep,
@@ -47,25 +49,41 @@ class DeployRun:
     op_seconds: list[tuple[str, float]] = field(default_factory=list)
     #: host -> seconds from the start until its last operation's result was printed
     host_seconds: dict[str, float] = field(default_factory=dict)
+    #: host -> [(operation name, seconds it took on that host)], in run order, with --no-wait or in lockstep: each
+    #: host prints one status line per operation, in the order of the run's operations (pyinfra's JSON results)
+    host_ops: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
 
     def slowest(self, n: int = 8) -> list[tuple[str, float]]:
         """The `n` operations that took longest, slowest first."""
         return sorted(self.op_seconds, key=lambda x: -x[1])[:n]
 
+    def by_role(self, host: str) -> list[tuple[str, float]]:
+        """[(deploy name, seconds)] of `host`, largest first: the operations' seconds summed by the @deploy that
+        made them (the part of an operation name before ' | ': "NVIDIA driver", "llama.cpp", ...)."""
+        sums: dict[str, float] = {}
+        for name, sec in self.host_ops.get(host, []):
+            role = name.split(" | ", 1)[0] if " | " in name else "(no deploy)"
+            sums[role] = sums.get(role, 0.0) + sec
+        return sorted(sums.items(), key=lambda x: -x[1])
+
+    def host_slowest(self, host: str, n: int = 6) -> list[tuple[str, float]]:
+        """The `n` operations that took longest on `host`, slowest first."""
+        return sorted(self.host_ops.get(host, []), key=lambda x: -x[1])[:n]
+
 
 def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ...] = ("deploy.py",),
-           inventory: str = "inventory/lab.py", no_wait: bool | None = None) -> DeployRun:
+           inventory: str = "inventory/lab.py", no_wait: bool | None = None, logs: Path = LOGS) -> DeployRun:
     """Run deploy files (deploy.py by default) against the running lab hosts of `inventory` with
     `pyinfra -y --json`, with --no-wait unless `no_wait` is False (None: NO_WAIT); the output is kept under
-    build/lab-logs/<label>.log."""
-    LOGS.mkdir(parents=True, exist_ok=True)
+    `logs`/<label>.log (build/lab-logs by default)."""
+    logs.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     no_wait = NO_WAIT if no_wait is None else no_wait
     mode = ["--no-wait"] if no_wait else []
     proc = subprocess.Popen([PYINFRA, "-y", "--json", *mode, *(extra_args or []), inventory, *files],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stamped: list[tuple[float, str]] = []  # stderr lines with the time they arrived: where the deploy's time goes
-    log = LOGS / f"{label}.log"
+    log = logs / f"{label}.log"
 
     def read_stderr() -> None:
         with log.open("w") as live:  # followable while the deploy runs (`tail -f`); rewritten whole at the end
@@ -97,6 +115,16 @@ def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ..
         results = json.loads(stdout)["results"]["operations"]
     except (ValueError, KeyError, TypeError):
         return run
+    begin = next((t for t, line in plain if line.strip().startswith("--> Beginning operation run")), None)
+    if begin is not None:
+        done: dict[str, list[float]] = {}
+        for t, line in plain:
+            if t >= begin and (m := _STATUS.match(line)):
+                done.setdefault(m.group(1), []).append(t)
+        names = [op["name"] for op in results]
+        for h, times in done.items():
+            starts_h = [begin] + times[:-1]
+            run.host_ops[h] = [(name, end - start) for name, start, end in zip(names, starts_h, times)]
     for op in results:
         for key, bucket in (("success", run.changed), ("no_change", run.unchanged), ("error", run.errors)):
             for h in op.get(key, []):
@@ -113,6 +141,21 @@ REUSED = os.environ.get("V100KIT_LAB_REUSE") == "1"
 FRESH_ONLY = "V100KIT_LAB_REUSE=1: the hosts were provisioned by an earlier run, and this check needs fresh ones"
 
 
+#: ccache's counters (`ccache --print-stats`) that say whether a compilation was served from the cache
+CCACHE_HITS = ("direct_cache_hit", "preprocessed_cache_hit")
+CCACHE_MISSES = ("cache_miss",)
+
+
+def ccache_stats(text: str) -> dict[str, int]:
+    """`ccache --print-stats` output (one `name<TAB>value` per line) as {name: value}; other lines are ignored."""
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            out[name.strip()] = int(value)
+    return out
+
+
 @dataclass
 class Provision:
     lab: Lab
@@ -120,6 +163,15 @@ class Provision:
     first: DeployRun
     second: DeployRun
     reboots: dict[str, tuple[str, str]]
+    #: the lab's shared compiler cache during the first deploy (counters zeroed just before it): ccache's own
+    #: counters (`ccache --print-stats`), for the llama.cpp CUDA build and the DKMS module builds together
+    ccache: dict[str, int] = field(default_factory=dict)
+
+    def ccache_hit_rate(self) -> float | None:
+        """Hits / (hits + misses) of the first deploy's compilations, or None when nothing was compiled."""
+        hits = sum(self.ccache.get(k, 0) for k in CCACHE_HITS)
+        total = hits + sum(self.ccache.get(k, 0) for k in CCACHE_MISSES)
+        return hits / total if total else None
 
 
 def provision(hosts: tuple[HostSpec, ...] = HOSTS, reboot: bool = True) -> Provision:
@@ -135,7 +187,11 @@ def provision(hosts: tuple[HostSpec, ...] = HOSTS, reboot: bool = True) -> Provi
     with ThreadPoolExecutor(len(hosts)) as pool:
         list(pool.map(lab.up, hosts))
     up_seconds = time.monotonic() - t0
+    # the lab images carry ccache (lab/harness.py) and every host's /etc/ccache.conf names the one shared cache
+    lab.run(hosts[0], "ccache --zero-stats")
     first = deploy("deploy-1")
+    rc, out = lab.run(hosts[0], "ccache --print-stats")
+    stats = ccache_stats(out) if rc == 0 else {}
     second = deploy("deploy-2") if first.rc == 0 else first
     reboots = {s.name: lab.reboot(s) for s in hosts} if reboot and first.rc == 0 else {}
-    return Provision(lab, up_seconds, first, second, reboots)
+    return Provision(lab, up_seconds, first, second, reboots, stats)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import testinfra
@@ -17,7 +18,7 @@ from roles.nvidia_driver import decide as nvidia_driver
 from roles.nvidia_driver.decide import DriverPlan
 from roles.platform import SUPPORTED
 from roles.settings import Settings, load_settings
-from lab.provision import Provision, provision
+from lab.provision import CCACHE_HITS, CCACHE_MISSES, LOGS, Provision, provision
 
 SUITE_PLATFORM = {"bookworm": "debian12", "trixie": "debian13"}
 
@@ -48,7 +49,17 @@ class Target:
 
 @pytest.fixture(scope="session", params=HOSTS, ids=[s.name for s in HOSTS])
 def target(request, provisioned) -> Target:
-    spec: HostSpec = request.param
+    return make_target(request.param, provisioned)
+
+
+@pytest.fixture(scope="session")
+def first_deploy_log() -> Path:
+    """The log of the deploy that first set up the hosts' instances (the shared provision's first deploy)."""
+    return LOGS / "deploy-1.log"
+
+
+def make_target(spec: HostSpec, provisioned: Provision) -> Target:
+    """The Target of a provisioned lab host, with what its settings (lab/data.py host_data, read now) plan."""
     platform = SUPPORTED[SUITE_PLATFORM[spec.suite]]
     settings = load_settings(spec.name, host_data(spec))
     installed = {"linux-image-amd64": ["lab image"]}
@@ -76,5 +87,16 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"  before the first operation (inventory, connect, facts): {run.prepare_seconds:.1f} s; "
                       f"each host's last operation done at: {hosts}"
                       + (f"; slowest (lockstep): {slowest}" if slowest else ""))
+        for h in sorted(run.host_ops):  # where each host's time went: per @deploy, and its slowest operations
+            roles = ", ".join(f"{role} {sec:.0f} s" for role, sec in run.by_role(h) if sec >= 1)
+            ops = ", ".join(f"{name} {sec:.0f} s" for name, sec in run.host_slowest(h))
+            tr.write_line(f"  {h} by deploy: {roles}")
+            tr.write_line(f"  {h} slowest: {ops}")
+    rate = p.ccache_hit_rate()
+    if p.ccache:
+        tr.write_line(f"compiler cache during the first deploy: {sum(p.ccache.get(k, 0) for k in CCACHE_HITS)} hits, "
+                      f"{sum(p.ccache.get(k, 0) for k in CCACHE_MISSES)} misses"
+                      + (f" (hit rate {rate:.1%})" if rate is not None else "")
+                      + f", cache size {p.ccache.get('cache_size_kibibyte', 0) / 1024:.0f} MiB")
     for name, (old, new) in sorted(p.reboots.items()):
         tr.write_line(f"reboot {name}: boot_id {old} -> {new}")

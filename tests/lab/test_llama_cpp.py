@@ -18,7 +18,7 @@ from lab.data import LLAMA_PORTS, api_key_file
 from lab.sources import llama_cpp_default_source, sha256_of
 from roles.llama_cpp.decide import CURRENT
 from roles.llama_cpp.versions import DEFAULT_SOURCE
-from lab.provision import LOGS, deploy
+from lab.provision import deploy
 from v100kit.doctor import diagnose_all as doctor
 
 UNIT = "llama-server@tiny"
@@ -91,13 +91,13 @@ def test_serves_from_cpu_without_gpu_and_says_so(target):
         assert "failed to initialize CUDA" in log
 
 
-def test_without_a_gpu_the_gpu_check_is_skipped_and_says_so(target, provisioned):
+def test_without_a_gpu_the_gpu_check_is_skipped_and_says_so(target, provisioned, first_deploy_log):
     """On a lab host no GPU answers nvidia-smi: the deploy skips its 'serves from the GPU' check and says so, and
     the doctor's row for the instance is skipped with the reason (on a GPU host both check it)."""
     if target.host.run("lspci -n -d 10de:").stdout.strip():
         pytest.skip("an NVIDIA device is on this host's PCI bus: the check runs instead")
     assert f"{UNIT}: no GPU answers nvidia-smi, so the check that it serves from the GPU is skipped" in \
-        (LOGS / "deploy-1.log").read_text()
+        first_deploy_log.read_text()
     row = {r.check: r for r in doctor("inventory/lab.py", [target.spec.name])[target.spec.name]}[
         f"{UNIT} serves from the GPU"]
     assert row.state == "skipped" and "no GPU visible" in row.evidence

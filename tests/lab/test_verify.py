@@ -11,19 +11,22 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from lab.data import LLAMA_HOSTS
 from lab.harness import HOSTS
 from lab.provision import ROOT
 from tests.lab.test_deploy import SNAPSHOT
 
 V100KIT = str(Path(sys.executable).with_name("v100kit"))
 
-#: checks that must pass on every lab host (systemd, dpkg and apt are there; both hosts serve llama-server@tiny
-#: with an API key: lab/data.py)
+#: checks that must pass on every lab host (systemd, dpkg and apt are there; each host serves an instance with an
+#: API key: lab/data.py)
 MUST_PASS = {"test_driver_packages_at_the_pinned_versions", "test_driver_packages_held_and_pinned_for_apt",
              "test_headers_metapackage_installed", "test_nvidia_persistenced_enabled",
              "test_each_toolkit_nvcc_reports_its_version",
              "test_service_user_is_an_unprivileged_system_user", "test_instance_units_enabled",
-             "test_instance_api_keys_root_only", "test_llama_server_instances_answer_health"}
+             "test_instance_api_keys_root_only"}
+#: checks that must pass on the hosts with llama-server@tiny (LLAMA_HOSTS) and skip, saying so, on the others
+LLAMA_CHECKS = {"test_llama_server_instances_answer_health"}
 #: checks that need a GPU: the lab machine has none, so each must skip and say so
 GPU_CHECKS = {"test_driver_module_loaded_at_the_pinned_version", "test_nvidia_smi_sees_every_gpu_on_the_bus",
               "test_compute_capability_is_the_configured_one", "test_persistence_mode_on",
@@ -53,6 +56,13 @@ def test_verify_passes_on_the_lab_hosts_skips_gpu_checks_and_changes_nothing(pro
     for s in HOSTS:
         for check in MUST_PASS:
             assert found[(check, s.name)][0] == "passed", (check, s.name, found[(check, s.name)])
+        for check in LLAMA_CHECKS:
+            state, message = found[(check, s.name)]
+            if s.name in LLAMA_HOSTS:
+                assert state == "passed", (check, s.name, message)
+            else:
+                assert state == "skipped" and f"configure no llama.cpp instance on {s.name}" in message, \
+                    (check, s.name, message)
         for check in GPU_CHECKS:
             state, message = found[(check, s.name)]
             assert state == "skipped" and f"no GPU visible on {s.name}" in message, (check, s.name, message)

@@ -1,0 +1,81 @@
+"""The full tier's llama.cpp build with the second lab toolkit (tests/tiers.toml suite second-toolkit).
+
+CI's tier builds llama.cpp on lab-trixie (CUDA 12.4) only. Here the provisioned lab-bookworm gets the same tiny
+llama-server instance (lab/data.py SECOND_TOOLKIT_ENV), which builds the pinned tree with CUDA 11.8 and g++-11 beside
+its vLLM instance on the same GPU. A second deploy changes nothing. Then the checks of tests/lab/test_llama_cpp.py
+and the unit exposure and plan checks run on lab-bookworm: they are the same test functions as CI's tier's, with
+`target` here meaning lab-bookworm.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from lab.data import SECOND_TOOLKIT_ENV, SECOND_TOOLKIT_HOST
+from lab.harness import spec
+from lab.provision import LOGS, ROOT, DeployRun, deploy
+from tests.lab.conftest import make_target
+from tests.lab.test_llama_cpp import (  # noqa: F401  (collected here: the same checks, on lab-bookworm)
+    test_api_key_never_visible,
+    test_cuda_backend_has_exactly_the_configured_architectures,
+    test_kv_cache_size_matches_the_planner,
+    test_runs_as_the_service_user_with_hardening,
+    test_serves_from_cpu_without_gpu_and_says_so,
+    test_service_answers_health_and_completions,
+    test_without_a_gpu_the_gpu_check_is_skipped_and_says_so,
+)
+from tests.lab.test_plan import V100KIT
+from tests.lab.test_units import test_unit_exposure_at_most_4 as unit_exposure
+
+pytestmark = pytest.mark.disruptive  # changes a provisioned host's settings (make lab leaves them as provisioned)
+
+LABEL = "deploy-second-toolkit"
+
+
+@pytest.fixture(scope="module")
+def second_toolkit(provisioned) -> tuple[DeployRun, DeployRun]:
+    """lab-bookworm deployed with the tiny llama-server instance, then deployed again; SECOND_TOOLKIT_ENV stays set
+    for this module's checks (lab/data.py host_data reads it) and is removed after them."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SECOND_TOOLKIT_ENV, "1")
+        first = deploy(LABEL, ["--limit", SECOND_TOOLKIT_HOST])
+        second = deploy(f"{LABEL}-2", ["--limit", SECOND_TOOLKIT_HOST]) if first.rc == 0 else first
+        yield first, second
+
+
+@pytest.fixture
+def target(second_toolkit, provisioned):
+    first, _ = second_toolkit
+    if first.rc != 0:
+        pytest.fail(f"deploy of {SECOND_TOOLKIT_HOST} with llama.cpp failed (rc {first.rc}); log: "
+                    f"build/lab-logs/{LABEL}.log\n{first.stderr[-4000:]}")
+    return make_target(spec(SECOND_TOOLKIT_HOST), provisioned)
+
+
+@pytest.fixture
+def first_deploy_log():
+    return LOGS / f"{LABEL}.log"
+
+
+def test_builds_with_the_second_toolkit_and_a_second_deploy_changes_nothing(second_toolkit, target):
+    first, second = second_toolkit
+    assert target.llama.toolkit.version == "11.8" and target.llama.toolkit.host_compiler == "g++-11"
+    builds = [op for op in first.changed_ops.get(SECOND_TOOLKIT_HOST, []) if op.startswith("llama.cpp | build ")]
+    assert builds == [f"llama.cpp | build {target.llama.prefix.rsplit('/', 1)[1]}"], first.changed_ops
+    assert "cuda11.8" in target.llama.prefix
+    assert second.rc == 0 and second.changed == {}, second.changed_ops
+
+
+def test_llama_unit_exposure_at_most_4(target, provisioned):
+    unit_exposure(provisioned, "llama-server@tiny.service", SECOND_TOOLKIT_HOST)
+
+
+def test_plan_reports_the_second_instance(target):
+    res = subprocess.run([V100KIT, "plan", "inventory/lab.py", "--json", "--limit", SECOND_TOOLKIT_HOST], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    p = json.loads(res.stdout)[SECOND_TOOLKIT_HOST]["instances"]["llama-server@tiny"]["plan"]
+    assert p["outcome"] == "fits" and p["layers_offloaded"] == 0 and p["max_context_tokens"] >= 8192
