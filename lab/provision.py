@@ -22,8 +22,9 @@ LOGS = ROOT / "build" / "lab-logs"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STARTING = re.compile(r"^--> Starting (?:[\w ]+ )?operation: (.*?)(?: \(.*\))?$")
 _HOST_LINE = re.compile(r"^\s*\[([\w.@-]+)\] ")
-#: the one line pyinfra prints for each host and operation, in operation order, when the host is done with it
-_STATUS = re.compile(r"^\s*\[([\w.@-]+)\] (?:Success|No changes|Skipped|Error)\b")
+#: the one line pyinfra prints for each host and operation, in operation order, when the host is done with it; the
+#: host names are padded to one width ("[lab-trixie]   Success" beside "[lab-bookworm] Success")
+_STATUS = re.compile(r"^\s*\[([\w.@-]+)\]\s+(?:Success|No changes|Skipped|Error)\b")
 #: Lab deploys let each host run its operations without waiting for the others at every operation (pyinfra's
 #: --no-wait): a host's DKMS build no longer holds the other host's CUDA unpack or venv download. The plan, and so
 #: every refusal, is still made for all hosts before any operation runs. V100KIT_LAB_NO_WAIT=0 runs in lockstep,
@@ -71,6 +72,21 @@ class DeployRun:
         return sorted(self.host_ops.get(host, []), key=lambda x: -x[1])[:n]
 
 
+def host_operation_seconds(lines: list[tuple[float, str]], names: list[str]) -> dict[str, list[tuple[str, float]]]:
+    """{host: [(operation name, seconds)]} from a pyinfra run's stderr lines (seconds since the start, text without
+    colours) and its operation names in run order (the JSON results): each host prints one status line per
+    operation, in that order, from "--> Beginning operation run" on. {} when the run never began."""
+    begin = next((t for t, line in lines if line.strip().startswith("--> Beginning operation run")), None)
+    if begin is None:
+        return {}
+    done: dict[str, list[float]] = {}
+    for t, line in lines:
+        if t >= begin and (m := _STATUS.match(line)):
+            done.setdefault(m.group(1), []).append(t)
+    return {h: [(name, end - start) for name, start, end in zip(names, [begin] + times[:-1], times)]
+            for h, times in done.items()}
+
+
 def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ...] = ("deploy.py",),
            inventory: str = "inventory/lab.py", no_wait: bool | None = None, logs: Path = LOGS) -> DeployRun:
     """Run deploy files (deploy.py by default) against the running lab hosts of `inventory` with
@@ -115,16 +131,7 @@ def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ..
         results = json.loads(stdout)["results"]["operations"]
     except (ValueError, KeyError, TypeError):
         return run
-    begin = next((t for t, line in plain if line.strip().startswith("--> Beginning operation run")), None)
-    if begin is not None:
-        done: dict[str, list[float]] = {}
-        for t, line in plain:
-            if t >= begin and (m := _STATUS.match(line)):
-                done.setdefault(m.group(1), []).append(t)
-        names = [op["name"] for op in results]
-        for h, times in done.items():
-            starts_h = [begin] + times[:-1]
-            run.host_ops[h] = [(name, end - start) for name, start, end in zip(names, starts_h, times)]
+    run.host_ops = host_operation_seconds(plain, [op["name"] for op in results])
     for op in results:
         for key, bucket in (("success", run.changed), ("no_change", run.unchanged), ("error", run.errors)):
             for h in op.get(key, []):
