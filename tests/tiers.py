@@ -48,11 +48,30 @@ def full_tier_files(path: Path = TIERS) -> dict[str, str]:
     return {t: s.name for s in load(path)[1].values() for t in s.tests}
 
 
+#: Files every suite depends on: the tier data and the code that reads it, pytest's configuration and markers, the
+#: locked environment (pyinfra, testinfra, pytest versions), pyinfra's own configuration file (read by every deploy)
+EVERY_SUITE = ("tests/tiers.toml", "tests/tiers.py", "tests/conftest.py", "tests/lab/conftest.py", "pyproject.toml",
+               "uv.lock", "config.py")
+
+
+def _dynamic_imports(module: str) -> list[str]:
+    """Project modules `module` loads without an import statement grimp can see: the v100kit command line imports
+    each subcommand's module by name (v100kit/cli.py COMMANDS), and the lab harness starts its registry proxy as
+    `python -m lab.proxy` (lab/harness.py)."""
+    if module == "v100kit.cli":
+        from v100kit.cli import COMMANDS
+
+        return [m for m, _ in COMMANDS.values()]
+    if module == "lab.harness":
+        return ["lab.proxy"]
+    return []
+
+
 @cache
 def _graph():
     import grimp  # import-linter's import graph library (a dev dependency): only the change tool needs it
 
-    return grimp.build_graph(*PACKAGES, include_external_packages=False)
+    return grimp.build_graph(*PACKAGES, include_external_packages=False, cache_dir=None)
 
 
 def module_of(path: str) -> str | None:
@@ -83,50 +102,75 @@ def _imports_of_script(path: Path) -> set[str]:
 
 
 def _closure(modules: set[str]) -> set[str]:
-    """`modules` and every project module they import, directly or not (with each package above them)."""
+    """`modules` and every project module they import, directly, by name, or as a `python -m` subprocess."""
     graph = _graph()
-    out = set()
-    for m in modules:
+    out: set[str] = set()
+    todo = set(modules)
+    while todo:
+        m = todo.pop()
         while m not in graph.modules and "." in m:  # `from pkg import name` names an attribute, not a module
             m = m.rsplit(".", 1)[0]
-        if m in graph.modules:
-            out |= {m} | graph.find_upstream_modules(m)
-    parents = {".".join(m.split(".")[:i]) for m in out for i in range(1, m.count(".") + 1)}
-    return out | parents
+        if m in graph.modules and m not in out:
+            found = {m} | graph.find_upstream_modules(m)
+            out |= found
+            todo |= {d for f in found for d in _dynamic_imports(f)} - out
+    return out
 
 
-def covered_files(suite: Suite) -> tuple[set[str], tuple[str, ...]]:
-    """(files, globs) a suite covers: files are repository-relative paths of its test files, every project module
-    they and the .py scripts of `covers` import (transitively), and the non-Python files beside those modules
-    (templates); globs are the other `covers` entries, matched with fnmatch."""
+@dataclass(frozen=True)
+class Coverage:
+    """What a suite covers: `files` (repository-relative paths of Python files), `data_dirs` (directories whose
+    files, present or deleted, are read by a covered module: a module's own package directory and the directories
+    under it that are not packages, such as templates/), and `globs` (tests/tiers.toml `covers` patterns)."""
+
+    files: frozenset[str]
+    data_dirs: frozenset[str]
+    globs: tuple[str, ...]
+
+    def holds(self, path: str) -> bool:
+        """Whether a changed file (repository-relative; it may be deleted) is covered."""
+        if path in self.files or path in EVERY_SUITE or any(fnmatch.fnmatch(path, g) for g in self.globs):
+            return True
+        return not path.endswith(".py") and str(Path(path).parent) in self.data_dirs
+
+
+def _data_dirs(module: str) -> set[str]:
+    """The directory a module's files sit in (a package's own directory, or the package of a plain module) and
+    the directories below it that are not packages (templates/, data): what the module can read beside itself."""
+    p = ROOT / Path(*module.split("."))
+    top = p if p.is_dir() else p.parent
+    out, todo = set(), [top]
+    while todo:
+        d = todo.pop()
+        out.add(str(d.relative_to(ROOT)))
+        todo += [c for c in d.iterdir() if c.is_dir() and c.name != "__pycache__" and not (c / "__init__.py").exists()]
+    return out
+
+
+def covered(suite: Suite) -> Coverage:
+    """The suite's Coverage: its test files, every project module they and the .py scripts of `covers` import
+    (transitively; a .py glob such as tests/unit/*.py names scripts too), the __init__.py of the packages above
+    them, and the data directories of the imported modules (not of the packages above them)."""
     roots, files, globs = set(), set(suite.tests), []
     for t in suite.tests:
         roots.add(module_of(t))
     for c in suite.covers:
-        if c.endswith(".py") and (ROOT / c).is_file():
-            files.add(c)
-            mod = module_of(c)
-            roots |= {mod} if mod else _imports_of_script(ROOT / c)
-        else:
+        scripts = [str(p.relative_to(ROOT)) for p in ROOT.glob(c)] if c.endswith(".py") else []
+        if not scripts:
             globs.append(c)
+        for script in scripts:
+            files.add(script)
+            mod = module_of(script)
+            roots |= {mod} if mod else _imports_of_script(ROOT / script)
     modules = _closure({r for r in roots if r})
-    files |= {file_of(m) for m in modules}
-    for m in modules:  # a module's templates and data sit in its package directory
-        d = ROOT / Path(*m.split("."))
-        if d.is_dir():
-            files |= {str(f.relative_to(ROOT)) for f in d.rglob("*")
-                      if f.is_file() and f.suffix not in (".py", ".pyc") and "__pycache__" not in f.parts}
-    return files, tuple(globs)
+    parents = {".".join(m.split(".")[:i]) for m in modules for i in range(1, m.count(".") + 1)} - modules
+    files |= {file_of(m) for m in modules | parents}
+    dirs = {d for m in modules for d in _data_dirs(m)}
+    return Coverage(frozenset(files), frozenset(dirs), tuple(globs))
 
 
 def suites_touched(changed: list[str], path: Path = TIERS) -> list[str]:
-    """Names of the full tier's suites that cover any of `changed` (repository-relative paths), in file order.
-    tests/tiers.toml itself touches every suite (a test moved between tiers)."""
+    """Names of the full tier's suites that cover any of `changed` (repository-relative paths, deleted ones
+    included), in file order. A file of EVERY_SUITE touches every suite."""
     suites = load(path)[1]
-    out = []
-    for s in suites.values():
-        files, globs = covered_files(s)
-        if any(c == str(path.relative_to(ROOT)) or c in files or any(fnmatch.fnmatch(c, g) for g in globs)
-               for c in changed):
-            out.append(s.name)
-    return out
+    return [s.name for s in suites.values() if any(covered(s).holds(c) for c in changed)]

@@ -4,8 +4,10 @@
     .venv/bin/python tools/suites_for_change.py BASE       # changes from BASE to the working tree
     .venv/bin/python tools/suites_for_change.py BASE --pytest   # the pytest command that runs them
 
-A suite is touched when a changed file is one of its test files, a project module they import (directly or not),
-a template beside such a module, or a file its `covers` names. Exit 2 when BASE is not a git revision."""
+A suite is touched when a changed file (added, changed, deleted or renamed, from the merge base of BASE and HEAD
+to the working tree) is one of its test files, a project module they import (directly or not), a template beside
+such a module, a file its `covers` names, or one of tests/tiers.py EVERY_SUITE. Exit 2 when BASE is not a git
+revision or tests/tiers.toml names a test file that does not exist."""
 
 from __future__ import annotations
 
@@ -19,17 +21,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.tiers import ROOT, load, suites_touched  # noqa: E402
 
 
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
 def changed_files(base: str) -> list[str]:
-    """Repository-relative paths that differ between `base` and the working tree, untracked files included.
-    Raises ValueError when `base` is not a revision."""
-    rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}"], cwd=ROOT,
-                         capture_output=True, text=True)
-    if rev.returncode != 0:
+    """Repository-relative paths that the change from `base` touches: from the merge base of `base` and HEAD to
+    the working tree (commits that reached `base` since are not part of it), untracked files included, both
+    sides of a rename, paths as git stores them (-z: no quoting of unusual names). Raises ValueError when `base`
+    is not a revision."""
+    if git("rev-parse", "--verify", "--quiet", f"{base}^{{commit}}").returncode != 0:
         raise ValueError(f"{base!r} is not a git revision of {ROOT}")
-    diff = subprocess.run(["git", "diff", "--name-only", base], cwd=ROOT, capture_output=True, text=True, check=True)
-    new = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                         text=True, check=True)
-    return sorted(set(diff.stdout.split()) | set(new.stdout.split()))
+    fork = git("merge-base", base, "HEAD").stdout.strip() or base
+    diff = git("diff", "--name-only", "--no-renames", "-z", fork)
+    new = git("ls-files", "--others", "--exclude-standard", "-z")
+    return sorted({p for out in (diff.stdout, new.stdout) for p in out.split("\0") if p})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         changed = changed_files(args.base)
-    except ValueError as e:
+        suites = load()[1]
+        touched = suites_touched(changed)
+    except ValueError as e:  # a bad revision, or tests/tiers.toml naming a test file that is gone
         print(f"suites_for_change: {e}", file=sys.stderr)
         return 2
-    touched = suites_touched(changed)
     if args.pytest:
-        suites = load()[1]
         if touched:
             files = " ".join(t for name in touched for t in suites[name].tests)
             print(f".venv/bin/python -m pytest -rs {files}")

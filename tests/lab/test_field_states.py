@@ -32,8 +32,8 @@ from lab.harness import LAB_CACHE, LAB_DATA, HostSpec, Lab
 from lab.provision import PYINFRA, ROOT
 from v100kit.doctor import diagnose_all
 
-# disruptive: each test breaks its host on purpose (make test runs them; make lab, which provisions and verifies the
-# bundled hosts, does not: about 190 s of its own host's deploys)
+# disruptive: each test breaks its host on purpose (make test-all runs them, tests/tiers.toml suite field-states; make
+# lab, which provisions and verifies the bundled hosts, does not: about 190 s of its own host's deploys)
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="boots a systemd-nspawn host: needs root"),
               pytest.mark.disruptive]
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.data import LLAMA_HOSTS, VLLM_HOSTS
+from lab.data import VLLM_HOSTS, llama_hosts
 from lab.harness import HOSTS
 from lab.provision import ROOT
 from tests.lab.test_deploy import SNAPSHOT
@@ -24,7 +24,7 @@ def test_plan_command_reports_every_instance_and_changes_nothing(provisioned):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     plans = json.loads(res.stdout)
-    for name in LLAMA_HOSTS:
+    for name in llama_hosts():  # the full tier adds lab-bookworm (lab/data.py)
         p = plans[name]["instances"]["llama-server@tiny"]["plan"]
         assert p["outcome"] == "fits" and p["layers_offloaded"] == 0 and p["max_context_tokens"] >= 8192
     for name in VLLM_HOSTS:

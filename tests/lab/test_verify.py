@@ -11,7 +11,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from lab.data import LLAMA_HOSTS
+from lab.data import llama_hosts
 from lab.harness import HOSTS
 from lab.provision import ROOT
 from tests.lab.test_deploy import SNAPSHOT
@@ -25,7 +25,7 @@ MUST_PASS = {"test_driver_packages_at_the_pinned_versions", "test_driver_package
              "test_each_toolkit_nvcc_reports_its_version",
              "test_service_user_is_an_unprivileged_system_user", "test_instance_units_enabled",
              "test_instance_api_keys_root_only"}
-#: checks that must pass on the hosts with llama-server@tiny (LLAMA_HOSTS) and skip, saying so, on the others
+#: checks that must pass on the hosts with llama-server@tiny (lab/data.py llama_hosts) and skip, saying so, on the others
 LLAMA_CHECKS = {"test_llama_server_instances_answer_health"}
 #: checks that need a GPU: the lab machine has none, so each must skip and say so
 GPU_CHECKS = {"test_driver_module_loaded_at_the_pinned_version", "test_nvidia_smi_sees_every_gpu_on_the_bus",
@@ -58,7 +58,7 @@ def test_verify_passes_on_the_lab_hosts_skips_gpu_checks_and_changes_nothing(pro
             assert found[(check, s.name)][0] == "passed", (check, s.name, found[(check, s.name)])
         for check in LLAMA_CHECKS:
             state, message = found[(check, s.name)]
-            if s.name in LLAMA_HOSTS:
+            if s.name in llama_hosts():
                 assert state == "passed", (check, s.name, message)
             else:
                 assert state == "skipped" and f"configure no llama.cpp instance on {s.name}" in message, \
