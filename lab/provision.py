@@ -163,6 +163,23 @@ def ccache_stats(text: str) -> dict[str, int]:
     return out
 
 
+#: Each DKMS build's seconds, from DKMS's own log on the host: make.log's second line is the build's start date,
+#: the file's modification time its end. Prints "MODULE/VERSION/KERNEL SECONDS" per build.
+DKMS_SECONDS = ("for f in /var/lib/dkms/*/*/*/*/log/make.log; do [ -f \"$f\" ] || continue; "
+                "s=$(date -d \"$(sed -n 2p \"$f\")\" +%s) && e=$(stat -c %Y \"$f\") && "
+                "echo \"$(echo \"$f\" | cut -d/ -f5-7) $((e - s))\"; done")
+
+
+def dkms_seconds(text: str) -> dict[str, int]:
+    """DKMS_SECONDS' output as {"module/version/kernel": seconds}."""
+    out = {}
+    for line in text.splitlines():
+        name, _, sec = line.rpartition(" ")
+        if name and sec.lstrip("-").isdigit():
+            out[name] = int(sec)
+    return out
+
+
 @dataclass
 class Provision:
     lab: Lab
@@ -173,6 +190,8 @@ class Provision:
     #: the lab's shared compiler cache during the first deploy (counters zeroed just before it): ccache's own
     #: counters (`ccache --print-stats`), for the llama.cpp CUDA build and the DKMS module builds together
     ccache: dict[str, int] = field(default_factory=dict)
+    #: host -> {"module/version/kernel": seconds} of the DKMS builds of the first deploy (DKMS's own log)
+    dkms: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def ccache_hit_rate(self) -> float | None:
         """Hits / (hits + misses) of the first deploy's compilations, or None when nothing was compiled."""
@@ -199,6 +218,7 @@ def provision(hosts: tuple[HostSpec, ...] = HOSTS, reboot: bool = True) -> Provi
     first = deploy("deploy-1")
     rc, out = lab.run(hosts[0], "ccache --print-stats")
     stats = ccache_stats(out) if rc == 0 else {}
+    dkms = {s.name: dkms_seconds(lab.run(s, DKMS_SECONDS)[1]) for s in hosts}
     second = deploy("deploy-2") if first.rc == 0 else first
     reboots = {s.name: lab.reboot(s) for s in hosts} if reboot and first.rc == 0 else {}
-    return Provision(lab, up_seconds, first, second, reboots, stats)
+    return Provision(lab, up_seconds, first, second, reboots, stats, dkms)

@@ -46,7 +46,7 @@ def main() -> int:
                 made.append(os.environ[var])
     # read after the environment is set: lab.harness takes its directories from it
     from lab.harness import HOSTS, Lab
-    from lab.provision import CCACHE_HITS, CCACHE_MISSES, ccache_stats, deploy
+    from lab.provision import CCACHE_HITS, CCACHE_MISSES, DKMS_SECONDS, ccache_stats, deploy, dkms_seconds
 
     lab = Lab()
     lab.prepare()
@@ -69,6 +69,7 @@ def main() -> int:
             lab.run(s, "ccache --zero-stats")
             first = deploy(f"bench-{s.name}-1", ["--limit", s.name])
             stats = ccache_stats(lab.run(s, "ccache --print-stats")[1])
+            dkms = dkms_seconds(lab.run(s, DKMS_SECONDS)[1])
             second = deploy(f"bench-{s.name}-2", ["--limit", s.name])
             print(f"{s.name:14} {up:12.1f} {first.seconds:12.1f} {first.changed.get(s.name, 0):11d} "
                   f"{second.seconds:12.1f} {second.changed.get(s.name, 0):11d}"
@@ -76,6 +77,7 @@ def main() -> int:
             print(f"  before the first operation (inventory, connect, facts): {first.prepare_seconds:.0f} s")
             print("  by deploy: " + ", ".join(f"{r} {sec:.0f} s" for r, sec in first.by_role(s.name) if sec >= 1))
             print("  slowest: " + ", ".join(f"{n} {sec:.0f} s" for n, sec in first.host_slowest(s.name, 8)))
+            print("  DKMS builds (their own log): " + (", ".join(f"{n} {sec} s" for n, sec in dkms.items()) or "none"))
             grown = {d: (du_bytes(lab.cache / d) - b) / 2**20 for d, b in before.items()}
             print("  added to the lab cache: " + ", ".join(f"{d} {mib:.0f} MiB" for d, mib in grown.items()))
             hits = sum(stats.get(k, 0) for k in CCACHE_HITS)

@@ -92,6 +92,9 @@ def pytest_terminal_summary(terminalreporter):
             ops = ", ".join(f"{name} {sec:.0f} s" for name, sec in run.host_slowest(h))
             tr.write_line(f"  {h} by deploy: {roles}")
             tr.write_line(f"  {h} slowest: {ops}")
+            if p.dkms.get(h):
+                tr.write_line(f"  {h} DKMS builds (their own log): "
+                              + ", ".join(f"{name} {sec} s" for name, sec in sorted(p.dkms[h].items())))
     rate = p.ccache_hit_rate()
     if p.ccache:
         tr.write_line(f"compiler cache during the first deploy: {sum(p.ccache.get(k, 0) for k in CCACHE_HITS)} hits, "
