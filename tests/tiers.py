@@ -173,4 +173,4 @@ def suites_touched(changed: list[str], path: Path = TIERS) -> list[str]:
     """Names of the full tier's suites that cover any of `changed` (repository-relative paths, deleted ones
     included), in file order. A file of EVERY_SUITE touches every suite."""
     suites = load(path)[1]
-    return [s.name for s in suites.values() if any(covered(s).holds(c) for c in changed)]
+    return [s.name for s in suites.values() if (c := covered(s)) and any(c.holds(path) for path in changed)]
