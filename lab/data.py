@@ -17,7 +17,7 @@ from roles.llama_cpp.versions import DEFAULT_SOURCE
 #: llama-server ports per lab host (hosts share the machine's network).
 LLAMA_PORTS = {"lab-bookworm": 18081, "lab-trixie": 18082, "lab-offline": 18081}
 #: Lab hosts that build llama.cpp and serve the tiny model in CI's tier (make test): lab-trixie, with CUDA 12.4. A
-#: cold CUDA build of the pinned tree takes about 20 minutes of both cores (docs/testing.md), and two did not fit
+#: cold CUDA build of the pinned tree took 20 minutes of both cores (1211 s, docs/testing.md), and two did not fit
 #: CI's budget (issue 25); the lab cache's ccache (bound into the hosts) makes a warm one take a few minutes.
 LLAMA_HOSTS = ("lab-trixie",)
 #: The host that builds with the second lab toolkit (CUDA 11.8 with g++-11, Debian 12) in the full tier
