@@ -16,6 +16,7 @@ import pytest
 from lab.data import SECOND_TOOLKIT_ENV, SECOND_TOOLKIT_HOST
 from lab.harness import spec
 from lab.provision import FRESH_ONLY, LOGS, REUSED, DeployRun, deploy
+from roles.llama_cpp.versions import DEFAULT_SOURCE
 from tests.lab.conftest import make_target
 from tests.lab.test_bench import test_bench_flags_cpu_served_instances_with_exit_1_and_still_times_them  # noqa: F401
 from tests.lab.test_llama_cpp import (  # noqa: F401  (collected here: the same checks, on lab-bookworm)
@@ -73,7 +74,9 @@ def test_builds_with_the_second_toolkit_and_a_second_deploy_changes_nothing(seco
     assert second.rc == 0 and second.changed == {}, second.changed_ops
     if REUSED:  # the role keeps builds: a reused host may have this one from an earlier run
         pytest.skip(FRESH_ONLY)
-    builds = [op for op in first.changed_ops.get(SECOND_TOOLKIT_HOST, []) if op.startswith("llama.cpp | build ")]
+    # the build operations are named after their prefix ("llama.cpp | build tools" installs the compilers)
+    builds = [op for op in first.changed_ops.get(SECOND_TOOLKIT_HOST, [])
+              if op.startswith(f"llama.cpp | build {DEFAULT_SOURCE.ref}-")]
     assert builds == [f"llama.cpp | build {target.llama.prefix.rsplit('/', 1)[1]}"], first.changed_ops
 
 
