@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -200,8 +201,10 @@ CHANGED_FILE = "ggml/src/ggml-cuda/arange.cu"
 
 def change_one_file(tree: Path) -> None:
     (tree / "V100KIT-LAB").write_text("a changed tree\n")
+    # changes what the compiler sees, not only bytes; a new name each run, so that a warm compiler cache from an
+    # earlier run has no entry for it either
     with (tree / CHANGED_FILE).open("a") as f:
-        f.write("\nstatic const int v100kit_lab_changed = 1;\n")  # changes what the compiler sees, not only bytes
+        f.write(f"\nstatic const int v100kit_lab_changed_{secrets.token_hex(8)} = 1;\n")
 
 
 @pytest.mark.disruptive
