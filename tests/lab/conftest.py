@@ -92,7 +92,7 @@ def pytest_terminal_summary(terminalreporter):
             ops = ", ".join(f"{name} {sec:.0f} s" for name, sec in run.host_slowest(h))
             tr.write_line(f"  {h} by deploy: {roles}")
             tr.write_line(f"  {h} slowest: {ops}")
-            if p.dkms.get(h):
+            if run is p.first and p.dkms.get(h):  # DKMS builds during the first deploy only
                 tr.write_line(f"  {h} DKMS builds (their own log): "
                               + ", ".join(f"{name} {sec} s" for name, sec in sorted(p.dkms[h].items())))
     rate = p.ccache_hit_rate()
