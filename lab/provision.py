@@ -27,8 +27,8 @@ _HOST_LINE = re.compile(r"^\s*\[([\w.@-]+)\] ")
 _STATUS = re.compile(r"^\s*\[([\w.@-]+)\]\s+(?:Success|No changes|Skipped|Error)\b")
 #: Lab deploys let each host run its operations without waiting for the others at every operation (pyinfra's
 #: --no-wait): a host's DKMS build no longer holds the other host's CUDA unpack or venv download. The plan, and so
-#: every refusal, is still made for all hosts before any operation runs. V100KIT_LAB_NO_WAIT=0 runs in lockstep,
-#: where the per-operation breakdown (DeployRun.slowest) is meaningful.
+#: every refusal, is still made for all hosts before any operation runs. V100KIT_LAB_NO_WAIT=0 runs in lockstep;
+#: DeployRun.host_ops times each host's operations in both modes.
 NO_WAIT = os.environ.get("V100KIT_LAB_NO_WAIT", "1") != "0"
 
 
@@ -45,18 +45,11 @@ class DeployRun:
     stderr: str = ""
     #: seconds from the start until pyinfra began running operations: inventory, connecting, facts, preparing
     prepare_seconds: float = 0.0
-    #: (operation name, seconds until the next operation started), in run order, for all hosts together (lockstep
-    #: runs only: with --no-wait each host starts operations on its own)
-    op_seconds: list[tuple[str, float]] = field(default_factory=list)
     #: host -> seconds from the start until its last operation's result was printed
     host_seconds: dict[str, float] = field(default_factory=dict)
     #: host -> [(operation name, seconds it took on that host)], in run order, with --no-wait or in lockstep: each
     #: host prints one status line per operation, in the order of the run's operations (pyinfra's JSON results)
     host_ops: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
-
-    def slowest(self, n: int = 8) -> list[tuple[str, float]]:
-        """The `n` operations that took longest, slowest first."""
-        return sorted(self.op_seconds, key=lambda x: -x[1])[:n]
 
     def by_role(self, host: str) -> list[tuple[str, float]]:
         """[(deploy name, seconds)] of `host`, largest first: the operations' seconds summed by the @deploy that
@@ -119,9 +112,6 @@ def deploy(label: str, extra_args: list[str] | None = None, files: tuple[str, ..
     starts = [(t, m.group(1)) for t, line in plain if (m := _STARTING.match(line.strip()))]
     if starts:
         run.prepare_seconds = starts[0][0]
-        if not no_wait:
-            ends = [t for t, _ in starts[1:]] + [run.seconds]
-            run.op_seconds = [(name, end - t) for (t, name), end in zip(starts, ends)]
         results_at = next((t for t, line in plain if line.startswith("--> Results")), run.seconds)
         for t, line in plain:
             if starts[0][0] <= t <= results_at and (m := _HOST_LINE.match(line)):

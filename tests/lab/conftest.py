@@ -83,10 +83,8 @@ def pytest_terminal_summary(terminalreporter):
         per_host = ", ".join(f"{h} {n}" for h, n in sorted(run.changed.items())) or "none"
         tr.write_line(f"{label}: {run.seconds:.1f} s, rc {run.rc}, changed operations: {per_host}")
         hosts = ", ".join(f"{h} {sec:.1f} s" for h, sec in sorted(run.host_seconds.items()))
-        slowest = ", ".join(f"{name} {sec:.0f} s" for name, sec in run.slowest(10))
         tr.write_line(f"  before the first operation (inventory, connect, facts): {run.prepare_seconds:.1f} s; "
-                      f"each host's last operation done at: {hosts}"
-                      + (f"; slowest (lockstep): {slowest}" if slowest else ""))
+                      f"each host's last operation done at: {hosts}")
         for h in sorted(run.host_ops):  # where each host's time went: per @deploy, and its slowest operations
             roles = ", ".join(f"{role} {sec:.0f} s" for role, sec in run.by_role(h) if sec >= 1)
             ops = ", ".join(f"{name} {sec:.0f} s" for name, sec in run.host_slowest(h))
