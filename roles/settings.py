@@ -33,6 +33,9 @@ SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/pro
                "/var/lib/apt")
 #: llama.cpp KV cache types (`-ctk/-ctv`), ggml type names (llama.cpp common/arg.cpp kv_cache_types).
 LlamaCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+#: One command-line word of extra_args: only characters that shlex.quote leaves bare and that pass systemd's
+#: EnvironmentFile parser and its whitespace split of $VAR unchanged (no spaces, quotes, backslashes, $ or braces).
+ArgWord = Annotated[str, Field(pattern=r"^[A-Za-z0-9_@%+=:,./-]+$")]
 
 
 def _once_each(values: list | None, what: str) -> list | None:
@@ -58,10 +61,15 @@ class LlamaCppInstance(BaseModel):
     port: int = Field(8080, ge=1024, le=65535, description="TCP port (>= 1024: the service user cannot bind lower)")
     listen: str = Field("127.0.0.1", description="address to listen on (--host)")
     n_gpu_layers: int = Field(99, ge=0, le=999, description="-ngl: layers on the GPU (99 = all)")
-    context: int = Field(8192, ge=256, le=1 << 21, description="-c: context tokens for all slots together")
+    context: int | None = Field(
+        None, ge=256, le=1 << 21, description="tokens one request may use, prompt and output (each slot's share; the "
+                                             "KV cache pool -c is parallel x context); None: the model's trained "
+                                             "context as far as the GPU holds it for every slot (at least "
+                                             "min(trained, 8192), else a smaller KV type or fewer slots)")
     cache_type_k: LlamaCacheType | None = Field(
-        None, description="-ctk: K cache type; None: the cheapest type that keeps attention on the GPU for the "
-                          "model's head size with this llama.cpp (the plan says which and why)")
+        None, description="-ctk: K cache type; None: f16 where the context fits with it, else q8_0, each only "
+                          "where it keeps attention on the GPU for the model's head size (the plan says which, why "
+                          "and what it costs)")
     cache_type_v: LlamaCacheType | None = Field(
         None, description="-ctv: V cache type (quantized V needs flash attention); None: chosen like cache_type_k")
     allow_cpu_attention: bool = Field(
@@ -75,7 +83,13 @@ class LlamaCppInstance(BaseModel):
     allow_context_beyond_training: bool = Field(
         False, description="accept a context per slot above the model's trained context without rope scaling "
                            "(quality degrades); refused otherwise")
-    parallel: int = Field(1, ge=1, le=256, description="-np: parallel slots")
+    parallel: int | None = Field(
+        None, ge=1, le=256, description="-np: slots, requests served at once; None: 8 where they fit with "
+                                        "the context, else 4, 2, 1 (roles/llama_cpp/slots.py: measured)")
+    kv_unified: bool | None = Field(
+        None, description="-kvu: one KV cache pool shared by the slots, each capped at context "
+                          "(--kv-unified-per-slot); None: on with more than one slot where the pinned tree has "
+                          "both flags; false: -c split evenly per slot")
     flash_attn: Literal["on", "off", "auto"] = Field("auto", description="-fa")
     metrics: bool = Field(True, description="--metrics: Prometheus endpoint")
     allow_offload: bool = Field(
@@ -86,6 +100,30 @@ class LlamaCppInstance(BaseModel):
     api_key_file: str | None = Field(
         None, min_length=1,
         description="control-machine file holding the API key (installed 0600, never on the command line)")
+    # -- llama-server flags (roles/llama_cpp/flags.py renders them; None: llama-server's own default) --
+    extra_args: list[ArgWord] = Field(
+        default_factory=list, description="further llama-server arguments, appended as given; each flag must be one "
+                                          "the pinned tree's server accepts (files/llama_cpp/<ref>.json server_flags) "
+                                          "and not one a setting owns; a value is the next word, not --flag=value")
+    jinja: bool | None = Field(None, description="--jinja (true) / --no-jinja (false): Jinja chat templates")
+    chat_template: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]+$", description="--chat-template: a built-in template name such as chatml "
+                                                       "(a custom template: chat_template_file)")
+    chat_template_file: HostPath | None = Field(None, description="--chat-template-file: Jinja template on the host")
+    batch_size: int | None = Field(None, ge=1, le=1 << 20, description="-b: logical batch size (>= ubatch_size)")
+    ubatch_size: int | None = Field(None, ge=1, le=1 << 20, description="-ub: physical batch size")
+    mlock: bool = Field(False, description="keep the model in RAM (--mlock, or --load-mode with mlock in newer trees)")
+    mmap: bool = Field(True, description="memory-map the model; false: --no-mmap (or --load-mode none/mlock)")
+    split_mode: Literal["none", "layer", "row"] | None = Field(None, description="-sm: how to split over GPUs")
+    tensor_split: list[Annotated[float, Field(ge=0)]] | None = Field(
+        None, min_length=2, description="-ts: share of the model per GPU, e.g. [3, 1] (needs more than one GPU)")
+    main_gpu: int | None = Field(None, ge=0, le=15, description="-mg: GPU (index among the visible ones) for "
+                                                                "split_mode none / row's intermediate results")
+    threads: int | None = Field(None, ge=1, le=1024, description="-t: CPU threads for generation")
+    draft_model_path: HostPath | None = Field(None, description="-md: draft GGUF on the host (speculative decoding)")
+    draft_max: int | None = Field(None, ge=1, le=1024, description="tokens to draft per step (--draft-max, "
+                                                                   "--spec-draft-n-max in newer trees); needs "
+                                                                   "draft_model_path")
 
     @field_validator("listen")
     @classmethod
@@ -126,6 +164,7 @@ class VllmInstance(BaseModel):
         "auto", description="--dtype; auto: half below compute capability 8.0 (V100 has no bf16)")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="--gpu-memory-utilization: share of VRAM")
     max_model_len: int = Field(8192, ge=16, le=1 << 21, description="--max-model-len: tokens per sequence")
+    # vLLM's own default is 256 (arg_utils.py); 64 keeps the profile run's sampler memory low: docs/volta.md §4a
     max_num_seqs: int = Field(64, ge=1, le=4096, description="--max-num-seqs: sequences batched together")
     tensor_parallel_size: int = Field(1, ge=1, le=16, description="--tensor-parallel-size (at most the GPU count)")
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e5m2", "fp8_e4m3"] = Field(
@@ -139,6 +178,25 @@ class VllmInstance(BaseModel):
     expose_to_network: bool = Field(
         False, description="accept a listen address other than loopback; vLLM checks the API key on /v1 only "
                             "(/invocations, /tokenize, /metrics answer without it): prefer a proxy in front")
+    # -- vLLM flags (roles/vllm/flags.py renders them; None: vLLM's own default for the release) --
+    extra_args: list[ArgWord] = Field(
+        default_factory=list, description="further vLLM arguments, appended as given; each flag must be one the "
+                                          "locked release's parser has (files/vllm/<version>.flags.json) and not one "
+                                          "a setting owns")
+    # None: the release's own default, off with V0 (0.8.5.post1), on with V1 (0.10.2), arg_utils.py; docs/volta.md §4a
+    enable_prefix_caching: bool | None = Field(
+        None, description="--enable-prefix-caching / --no-enable-prefix-caching; None: the release's default")
+    # None: the release's own default, V0 only above max_model_len 32768, V1 always (arg_utils.py); docs/volta.md §4a
+    enable_chunked_prefill: bool | None = Field(
+        None, description="--enable-chunked-prefill / --no-enable-chunked-prefill; None: the release's default")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=16, le=1 << 21, description="--max-num-batched-tokens: tokens per scheduler step")
+    swap_space: int | None = Field(None, ge=0, le=1024, description="--swap-space: CPU swap GiB per GPU (V0)")
+    chat_template: HostPath | None = Field(None, description="--chat-template: Jinja template file on the host")
+    tool_call_parser: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$", description="--tool-call-parser, e.g. hermes (with enable_auto_tool_choice)")
+    enable_auto_tool_choice: bool = Field(
+        False, description="--enable-auto-tool-choice: the model may call tools on its own (needs tool_call_parser)")
 
     _listen_address = field_validator("listen")(LlamaCppInstance._listen_address.__func__)
 
@@ -254,7 +312,11 @@ class Settings(BaseModel):
         description="URL of a directory holding the models given as URLs as SHA256/FILE (their model_sha256 and file "
                     "name; `v100kit offline fill` makes one); the host downloads them from there, still checked "
                     "against model_sha256; None: from each model_source URL")
-    llama_cpp_build_jobs: int = Field(2, ge=1, le=256, description="parallel compile jobs")
+    llama_cpp_build_jobs: int | None = Field(
+        None, ge=1, le=256, description="parallel compile jobs (cmake --build -j); None: from the host's CPUs and "
+                                        "memory, min(CPUs, (memory - 2 GiB reserve) / one nvcc job's peak memory, "
+                                        "NVCC_JOB_BYTES in roles/llama_cpp/jobs.py), at least 1; 2 when they cannot "
+                                        "be read. Not part of the install prefix: changing it never rebuilds")
     llama_cpp_start_timeout_s: int = Field(
         600, ge=10, le=7200, description="after a (re)start on a GPU host, how long the deploy waits for /health "
                                          "before it checks that the server runs on the GPU (loading reads the model)")

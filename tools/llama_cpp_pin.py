@@ -94,6 +94,7 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
         "cuda_graphs_min_cc": list(facts.cuda_graphs_min_cc) if facts.cuda_graphs_min_cc else None,
         "fa_quants_options": list(facts.fa_quants_options),
         "architectures": sorted(facts.architectures),
+        "server_flags": sorted(facts.server_flags),
         "sources": {
             "url": f"PyPI JSON API {api}: the sdist's url",
             "sha256": f"PyPI JSON API {api}: the sdist's digests.sha256",
@@ -102,6 +103,8 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
             "cuda_graphs_min_cc": "ggml/src/ggml-cuda/ggml-cuda.cu (disable_due_to_gpu_arch)",
             "fa_quants_options": "ggml/CMakeLists.txt",
             "architectures": "src/llama-arch.cpp LLM_ARCH_NAMES",
+            "server_flags": "common/arg.cpp common_params_parser_init (options kept for LLAMA_EXAMPLE_SERVER, less "
+                            "arg_removed ones; roles/llama_cpp/tree.py server_flags)",
             "matrix": "roles/llama_cpp/attention.py matrix (each cell: its sources entry)",
         },
         "matrix": m,

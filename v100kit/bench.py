@@ -1,12 +1,15 @@
-"""v100kit bench INVENTORY [--json] [--report DIR] [--sweep] [--limit HOST ...]: measure what each host serves.
+"""v100kit bench INVENTORY [--json] [--report DIR] [--sweep] [--limit HOST ...] [the load: --depths 0,16384
+--output-tokens N --concurrency 1,8,16 --requests N --time-limit-s S ...]: measure what each host serves.
 
 Per llama-server@NAME and vllm@NAME instance: GPU residency (nvidia-smi --query-compute-apps; for llama.cpp also
-its log's offloaded-layers line), VRAM against the planner's figure, TTFT p50/p95 and inter-token latency,
-decode tokens/s of one stream and aggregate tokens/s at concurrency 1, 4 and 8 (fixed prompt and output lengths,
-one seed, streamed through the instance's OpenAI-compatible endpoint with its API key), the bandwidth-roofline
-fraction, and a check for degenerate output. The load is bounded in requests and time (roles/bench/figures.py
-Load) and goes only to the inventory's own endpoints: directly where the instance listens beyond loopback or the
-host is this machine, else through the host's SSH connection.
+its log's offloaded-layers line), VRAM against the planner's figure and its peak during each level (sampled), and
+per depth (prompt tokens) and concurrency: TTFT p50/p95/p99, inter-token latency p50/p95/p99, decode tokens/s per
+stream, aggregate decode tokens/s (TTFT apart) and end-to-end aggregate tokens/s (roles/bench/figures.py defines
+each), streamed through the instance's OpenAI-compatible endpoint with its API key; the bandwidth-roofline
+fraction per depth, and a check for degenerate output. The load is bounded in requests and time (roles/bench/
+figures.py Load; the options are checked, and the bound said, before any request) and goes only to the
+inventory's own endpoints: directly where the instance listens beyond loopback or the host is this machine, else
+through the host's SSH connection.
 
 Plain bench changes nothing and never stops a service. --sweep (llama.cpp instances) stops each instance's service
 after saying so, runs llama-server by hand with alternative flags as the service user, and always starts the
@@ -19,6 +22,7 @@ failed requests), 2 a host could not be benched.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import json
 import re
@@ -32,14 +36,20 @@ from roles.bench import sweep as sweeping
 from roles.bench.figures import Load, degenerate
 from roles.bench.report import InstanceBench
 from roles.bench.residency import judge_instance
+from roles.bench.vram import PeakVram
 from roles.preflight import HostPlan
 from v100kit import loadgen
 from v100kit.hosts import for_each_host
 
 MiB = 1 << 20
-#: The load of a plain bench, and the smaller one of each --sweep alternative (seven of them per instance).
+#: The load of a plain bench, and the smaller one of each --sweep alternative (up to ten of them per instance);
+#: the load options replace their fields in both.
 LOAD = Load()
 SWEEP_LOAD = Load(concurrency=(1, 8), requests_per_level=8, level_time_s=30.0, request_timeout_s=60.0)
+#: The most flag sets sweep.alternatives gives (the default, -np 1/4/8, KV f16/q8_0, -fa off, -ub 256/512/1024).
+MAX_ALTERNATIVES = 10
+#: Seconds between two peak-VRAM samples during a level.
+VRAM_INTERVAL_S = 1.0
 #: How long an alternative llama-server or the restarted service may take to answer /health, seconds.
 START_TIMEOUT_S = 300.0
 
@@ -124,35 +134,42 @@ class HostControl:
 
 
 def _roofline(i: InstanceBench, memory, gpu_name: str | None, engine: str, tp: int, load: Load,
-              pp: int = 1) -> dict | None:
-    """The roofline figures of one measured instance (None without a plan, a known GPU or a decode speed).
-    llama.cpp splits layers across GPUs, read one after another: all weights count against one GPU's bandwidth.
-    vLLM's tensor parallel reads each GPU's share at once: one GPU's weights and its share of the KV cache; its
-    pipeline stages (`pp`, the nodes of a Ray cluster) run one after another for each token: each stage's share
-    counts in turn (the planner's heaviest stage, pp times: an upper bound on the bytes)."""
+              pp: int = 1) -> list[dict]:
+    """The roofline figures of one measured instance per depth, at concurrency 1 ([] without a plan or a known GPU;
+    a depth without a decode speed is left out). llama.cpp splits layers across GPUs, read one after another: all
+    weights count against one GPU's bandwidth. vLLM's tensor parallel reads each GPU's share at once: one GPU's
+    weights and its share of the KV cache; its pipeline stages (`pp`, the nodes of a Ray cluster) run one after
+    another for each token: each stage's share counts in turn (the planner's heaviest stage, pp times: an upper
+    bound on the bytes). Context: the server's mean prompt tokens (else the depth) plus half the output."""
     bw = roofline.bandwidth(gpu_name or "")
-    c1 = i.at(1)
-    if memory is None or bw is None or not i.decode_tps or c1 is None:
-        return None
-    context = (c1.prompt_tokens or load.prompt_words) + load.output_tokens / 2
+    if memory is None or bw is None:
+        return []
     if engine == "llama.cpp":
         weights, kv = memory.weight_bytes * memory.n_gpus, memory.kv_bytes_per_token
     else:
         weights, kv = memory.weight_bytes * pp, memory.kv_bytes_per_token / tp
-    per_token = roofline.bytes_per_token(weights, kv, context)
-    return {"gpu": gpu_name, "table_row": bw.gpu, "bandwidth_gb_s": bw.bytes_per_s / 1e9, "source": bw.source,
-            "context_tokens": context, "bytes_per_token": per_token,
-            "ceiling_tps": roofline.roofline_tps(per_token, bw.bytes_per_s),
-            "fraction": roofline.roofline_fraction(i.decode_tps, per_token, bw.bytes_per_s)}
+    out = []
+    for depth in i.depths:
+        c1 = i.at(1, depth)
+        if c1 is None or not c1.decode_tps_per_stream:
+            continue
+        context = (c1.prompt_tokens or depth) + load.output_tokens / 2
+        per_token = roofline.bytes_per_token(weights, kv, context)
+        out.append({"depth": depth, "gpu": gpu_name, "table_row": bw.gpu, "bandwidth_gb_s": bw.bytes_per_s / 1e9,
+                    "source": bw.source, "context_tokens": context, "bytes_per_token": per_token,
+                    "ceiling_tps": roofline.roofline_tps(per_token, bw.bytes_per_s),
+                    "measured_tps": c1.decode_tps_per_stream,
+                    "fraction": roofline.roofline_fraction(c1.decode_tps_per_stream, per_token, bw.bytes_per_s)})
+    return out
 
 
-def _figures(levels) -> dict:
-    """A sweep run's figures: TTFT p50 and decode tokens/s at concurrency 1, aggregate at the highest."""
-    c1, top = levels[0], levels[-1]
-    return {"ttft_p50_ms": c1.ttft_p50_ms, "decode_tps": c1.decode_tps_per_stream, "aggregate_tps": top.aggregate_tps}
+def vram_sampler(host, root: int, sole: bool):
+    """A factory of started PeakVram samplers of process `root` (and its descendants) on `host`."""
+    return lambda: PeakVram(lambda command: shell(host, command), root, sole, VRAM_INTERVAL_S).start()
 
 
-def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Load, do_sweep: bool) -> InstanceBench:
+def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Load, do_sweep: bool,
+                   sweep_load: Load = SWEEP_LOAD) -> InstanceBench:
     """Measure one instance (see the module's docstring)."""
     from roles.bench.facts import InstanceEvidence
     from roles.nvidia_driver.facts import NvidiaGpus
@@ -183,7 +200,8 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
         if not loadgen.wait_healthy(url, inst.api_key, 30) and loadgen.get(url, "/v1/models", inst.api_key) != 200:
             i.flags.append(f"{unit} does not answer at {i.url}")
             return i
-        i.levels, samples = loadgen.measure(url, inst.api_key, model, load, lambda line: say(f"{unit}: {line}"))
+        i.levels, samples = loadgen.measure(url, inst.api_key, model, load, lambda line: say(f"{unit}: {line}"),
+                                            vram_sampler(host, ev["main_pid"], sole))
         texts = [x.text for x in samples if x.ok]
         i.sample_text = texts[0][:200] if texts else ""
         bad = [why for t in texts if (why := degenerate(t))]
@@ -195,17 +213,20 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
             i.flags.append(f"{failed} requests failed: {'; '.join(e for lv in i.levels for e in lv.errors)[:200]}")
         gpu = next((g["name"] for g in gpus if g["index"] == (s.gpus[0] if s.gpus else 0)), None)
         pp = plan.ray.pipeline_parallel_size if engine == "vllm" and plan is not None and plan.ray else 1
-        i.roofline = _roofline(i, inst.memory, gpu, engine, tp, load, pp)
+        i.rooflines = _roofline(i, inst.memory, gpu, engine, tp, load, pp)
         if do_sweep and engine == "llama.cpp":
-            _sweep(host, plan, inst, i, url)
+            _sweep(host, plan, inst, i, url, sweep_load, sole)
     finally:
         if tunnel is not None:
             tunnel.close()
     return i
 
 
-def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str) -> None:
-    """--sweep of one llama.cpp instance: roles/bench/sweep.py run with HostControl; results into `i`."""
+def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = SWEEP_LOAD,
+           sole: bool = True) -> None:
+    """--sweep of one llama.cpp instance: roles/bench/sweep.py run with HostControl, each flag set measured with
+    `load` (every depth and concurrency) and its peak VRAM sampled; its bound said before it starts; results into
+    `i`."""
     from roles.llama_cpp.decide import CONFIG_DIR, CURRENT, server_args
 
     settings = plan.settings
@@ -213,16 +234,23 @@ def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str) -> None:
                           settings.base_service_home, f"{CONFIG_DIR}/{inst.name}.key.env", url, inst.api_key)
     alts = sweeping.alternatives(server_args(inst, plan.llama_cpp.source.flash_attn_style),
                                  plan.llama_cpp.source.flash_attn_style)
+    i.sweep_bound = b = sweeping.bound(len(alts), load, START_TIMEOUT_S)
+    say(f"{host.name} {i.unit}: sweep of {b['alternatives']} flag sets x {b['depths']} depths x {b['levels']} "
+        f"levels: at most {b['max_requests']} requests and {b['max_seconds']:.0f} s")
 
-    def measure(_handle) -> dict:
-        levels, _ = loadgen.measure(url, inst.api_key, inst.name, SWEEP_LOAD, lambda line: say(f"{i.unit}: {line}"))
-        return _figures(levels)
+    def measure(handle) -> dict:
+        levels, _ = loadgen.measure(url, inst.api_key, inst.name, load, lambda line: say(f"{i.unit}: {line}"),
+                                    vram_sampler(host, int(handle), sole))
+        peaks = [lv.peak_vram_mib for lv in levels if lv.peak_vram_mib is not None]
+        return {"figures": sweeping.figures_of(levels), "peak_vram_mib": max(peaks) if peaks else None,
+                "peak_vram_note": "; ".join(dict.fromkeys(lv.peak_vram_note for lv in levels if lv.peak_vram_note))}
 
     runs = sweeping.run(control, alts, measure, lambda line: say(f"{host.name} {i.unit}: {line}"))
     i.sweep, i.sweep_ratios = runs, sweeping.ratios(runs)
 
 
-def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False) -> list[InstanceBench]:
+def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False,
+               sweep_load: Load = SWEEP_LOAD) -> list[InstanceBench]:
     """Every llama-server@ and vllm@ instance of one host, in unit order. A Ray cluster's instances are measured
     at their endpoint on the head only (a worker serves none)."""
     instances = ([("llama.cpp", x) for x in plan.llama_cpp.instances] if plan.llama_cpp else []) + \
@@ -230,7 +258,7 @@ def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False) 
     out = []
     for engine, inst in instances:
         try:
-            out.append(bench_instance(host, plan, engine, inst, len(instances) == 1, load, do_sweep))
+            out.append(bench_instance(host, plan, engine, inst, len(instances) == 1, load, do_sweep, sweep_load))
         except Exception as e:  # one instance's failure (a host command, the sweep's restart) is its flag
             unit = f"{'llama-server' if engine == 'llama.cpp' else 'vllm'}@{inst.name}"
             out.append(InstanceBench(host.name, unit, engine, residency="not measured",
@@ -257,28 +285,114 @@ def write_reports(results: dict, directory: str, load: Load) -> list[Path]:
     return written
 
 
+def _ints(option: str):
+    """argparse type of a comma-separated list of whole numbers, refusing others naming `option`."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(x) for x in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} {text}: give whole numbers separated by commas, "
+                                             "e.g. 1,8,16") from None
+    return parse
+
+
+def _number(option: str, kind):
+    """argparse type of one number (int or float), refusing others naming `option`."""
+    def parse(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} {text}: give a {'whole ' if kind is int else ''}number") \
+                from None
+    return parse
+
+
+#: The load options: (option, Load field, type, metavar, help).
+LOAD_OPTIONS = (
+    ("--depths", "depths", _ints("--depths"), "N[,N...]", "prompt lengths in tokens (e.g. 0,16384): every level "
+     f"is measured at each (default {','.join(map(str, LOAD.depths))})"),
+    ("--prompt-tokens", "depths", lambda t: (_number("--prompt-tokens", int)(t),), "N",
+     "one prompt length in tokens (the same as --depths N)"),
+    ("--output-tokens", "output_tokens", _number("--output-tokens", int), "N",
+     f"tokens per completion (max_tokens, ignore_eos; default {LOAD.output_tokens})"),
+    ("--concurrency", "concurrency", _ints("--concurrency"), "N[,N...]", "concurrent streams of each level "
+     f"(default {','.join(map(str, LOAD.concurrency))}; --sweep {','.join(map(str, SWEEP_LOAD.concurrency))})"),
+    ("--requests", "requests_per_level", _number("--requests", int), "N", "requests per level, at least one per "
+     f"stream (default {LOAD.requests_per_level}; --sweep {SWEEP_LOAD.requests_per_level})"),
+    ("--time-limit-s", "level_time_s", _number("--time-limit-s", float), "S", "no request starts later than this "
+     f"into a level (default {LOAD.level_time_s:g}; --sweep {SWEEP_LOAD.level_time_s:g})"),
+    ("--request-timeout-s", "request_timeout_s", _number("--request-timeout-s", float), "S", "each request is cut "
+     f"at this (default {LOAD.request_timeout_s:g}; --sweep {SWEEP_LOAD.request_timeout_s:g})"),
+    ("--warmup-requests", "warmup_requests", _number("--warmup-requests", int), "N",
+     f"uncounted requests before each depth (default {LOAD.warmup_requests})"),
+    ("--seed", "seed", _number("--seed", int), "N", f"sampling seed (default {LOAD.seed})"),
+)
+
+
+def loads(args: argparse.Namespace) -> tuple[Load, Load]:
+    """(the plain bench's load, each sweep flag set's load): LOAD and SWEEP_LOAD with the options given replacing
+    their fields. Raises ValueError naming the option, the value and the fix (figures.load_problems)."""
+    given = {}
+    for option, name, _, _, _ in LOAD_OPTIONS:
+        value = getattr(args, option.lstrip("-").replace("-", "_"), None)
+        if value is not None:
+            given[name] = value
+    problems = []
+    for base in (LOAD, SWEEP_LOAD):
+        try:
+            dataclasses.replace(base, **given)
+        except ValueError as e:
+            problems.append(str(e))
+    if problems:
+        raise ValueError("; ".join(dict.fromkeys(problems)))
+    return dataclasses.replace(LOAD, **given), dataclasses.replace(SWEEP_LOAD, **given)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from v100kit.cli import inventory_arguments
     inventory_arguments(p)
     p.add_argument("--report", metavar="DIR", help="write a Markdown report and a PNG plot per host into DIR")
     p.add_argument("--sweep", action="store_true", help="llama.cpp: also measure alternative flags (stops each "
                    "instance's service for the sweep and always starts it again)")
+    load = p.add_argument_group("the load (checked before any request is sent)")
+    depth = load.add_mutually_exclusive_group()
+    for option, _, kind, metavar, help_ in LOAD_OPTIONS:
+        (depth if option in ("--depths", "--prompt-tokens") else load).add_argument(
+            option, type=kind, default=None, metavar=metavar, help=help_)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Bench every instance; print the table or JSON; exit 0, 1 (a flag) or 2 (a host not benched)."""
+    """Check the load options, say the bounds, bench every instance; print the table or JSON; exit 0, 1 (a flag)
+    or 2 (a bad option, a host not benched)."""
+    try:
+        load, sweep_load = loads(args)
+    except ValueError as e:
+        print(f"v100kit bench: {e}", file=sys.stderr)
+        return 2
+    say(f"bench: per instance at most {load.max_requests} requests and {load.max_seconds:.0f} s "
+        f"(depths {','.join(map(str, load.depths))} x concurrency {','.join(map(str, load.concurrency))})")
+    if args.sweep:
+        b = sweeping.bound(MAX_ALTERNATIVES, sweep_load, START_TIMEOUT_S)
+        say(f"bench --sweep: then per llama.cpp instance at most {b['alternatives']} flag sets x {b['depths']} depths"
+            f" x {b['levels']} levels (concurrency {','.join(map(str, sweep_load.concurrency))}) x at least "
+            f"{sweep_load.requests_per_level} requests: at most {b['max_requests']} requests and "
+            f"{b['max_seconds']:.0f} s")
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
     started = time.monotonic()
-    results = for_each_host(args.inventory, args.limit, lambda host, plan: bench_host(host, plan, LOAD, args.sweep))
+    results = for_each_host(args.inventory, args.limit,
+                            lambda host, plan: bench_host(host, plan, load, args.sweep, sweep_load))
     say(f"bench done in {time.monotonic() - started:.0f} s")
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     if args.report:
-        for path in write_reports(results, args.report, LOAD):
+        for path in write_reports(results, args.report, load):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report.as_json(results, LOAD), indent=2))
+        print(json.dumps({**report.as_json(results, load),
+                          "sweep_load": dataclasses.asdict(sweep_load) if args.sweep else None}, indent=2))
     else:
-        print(report.table(results, LOAD.concurrency))
+        print(report.table(results, load.concurrency))
     if any(isinstance(r, str) for r in results.values()):
         return 2
     return 1 if any(i.flags for rows in results.values() for i in rows) else 0

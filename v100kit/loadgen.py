@@ -11,8 +11,11 @@ The API key travels only in the Authorization header; it is never logged or put 
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
+import itertools
 import json
+import os
 import threading
 import time
 import urllib.parse
@@ -22,12 +25,20 @@ from typing import Callable
 from roles.bench.figures import Level, Load, Sample, level, prompt
 
 
-def request_body(load: Load, model: str) -> dict:
-    """The JSON body of every request: the fixed prompt, output length (ignore_eos: no early stop), the seed,
-    greedy sampling, and the usage figures in the stream (stream_options; llama-server also sends `timings`)."""
-    return {"model": model, "prompt": prompt(load.prompt_words), "max_tokens": load.output_tokens,
-            "seed": load.seed, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+def request_body(load: Load, model: str, depth: int | None = None, request: int | None = None,
+                 run: str = "") -> dict:
+    """The JSON body of one request: a prompt of about `depth` tokens (default: the load's first depth) that starts
+    with the request's number and the run's id (figures.prompt says why every prompt starts differently), the
+    output length (ignore_eos: no early stop), the seed, greedy sampling, and the usage figures in the stream
+    (stream_options; llama-server also sends `timings`)."""
+    return {"model": model, "prompt": prompt(load.prompt_tokens if depth is None else depth, request, run),
+            "max_tokens": load.output_tokens, "seed": load.seed, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+
+
+def run_id() -> str:
+    """A short id that differs between runs (so a prompt never starts like one an earlier run left in a slot)."""
+    return os.urandom(4).hex()
 
 
 def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
@@ -69,7 +80,8 @@ def stream_completion(url: str, key: str | None, body: dict, timeout_s: float, t
                               **({"Authorization": f"Bearer {key}"} if key else {})})
         r = conn.getresponse()
         if r.status != 200:
-            s.error = f"HTTP {r.status}"
+            said = r.read(400).decode("utf-8", "replace").strip().replace("\n", " ")
+            s.error = f"HTTP {r.status}" + (f": {said[:200]}" if said else "")  # e.g. the context is too small
             conn.close()
             return s
         chunks, text = 0, []
@@ -111,10 +123,13 @@ def stream_completion(url: str, key: str | None, body: dict, timeout_s: float, t
 
 
 def run_level(url: str, key: str | None, model: str, load: Load, concurrency: int,
-              progress: Callable[[int, int], None] = lambda done, total: None) -> list[Sample]:
+              progress: Callable[[int, int], None] = lambda done, total: None, depth: int | None = None,
+              numbers: Callable[[], int] | None = None, run: str = "") -> list[Sample]:
     """`concurrency` streams sending load.requests_at(concurrency) requests in all; no request starts after
-    load.level_time_s, each is cut at load.request_timeout_s. progress(done, total) after each request."""
-    total, body = load.requests_at(concurrency), request_body(load, model)
+    load.level_time_s, each is cut at load.request_timeout_s. progress(done, total) after each request. Each
+    request's prompt starts with the next of `numbers` (default: 0, 1, ... for this level) and `run`."""
+    total = load.requests_at(concurrency)
+    numbers = numbers or itertools.count().__next__
     t0 = time.monotonic()
     lock, samples = threading.Lock(), []
     left = [total]
@@ -125,6 +140,7 @@ def run_level(url: str, key: str | None, model: str, load: Load, concurrency: in
                 if left[0] <= 0 or time.monotonic() - t0 > load.level_time_s:
                     return
                 left[0] -= 1
+                body = request_body(load, model, depth, numbers(), run)
             s = stream_completion(url, key, body, load.request_timeout_s, t0)
             with lock:
                 samples.append(s)
@@ -137,15 +153,26 @@ def run_level(url: str, key: str | None, model: str, load: Load, concurrency: in
 
 
 def measure(url: str, key: str | None, model: str, load: Load,
-            say: Callable[[str], None] = lambda line: None) -> tuple[list[Level], list[Sample]]:
-    """Warm-up requests (not counted), then one Level per load.concurrency: (levels, every counted sample)."""
-    t0 = time.monotonic()
-    for _ in range(load.warmup_requests):
-        stream_completion(url, key, request_body(load, model), load.request_timeout_s, t0)
+            say: Callable[[str], None] = lambda line: None,
+            vram: Callable[[], object] | None = None) -> tuple[list[Level], list[Sample]]:
+    """Per depth: warm-up requests (not counted), then one Level per load.concurrency: (levels in (depth,
+    concurrency) order, every counted sample). Every request of the call has its own number in its prompt.
+    vram: a factory of a started sampler (roles/bench/vram.py PeakVram) run during each level; its stop() gives the
+    level's peak_vram_mib and peak_vram_note; None: not sampled."""
+    numbers, run = itertools.count().__next__, run_id()
     levels, all_samples = [], []
-    for c in load.concurrency:
-        samples = run_level(url, key, model, load, c,
-                            lambda done, total, c=c: say(f"concurrency {c}: {done}/{total} requests"))
-        levels.append(level(c, samples))
-        all_samples += samples
+    for depth in load.depths:
+        t0 = time.monotonic()
+        for _ in range(load.warmup_requests):
+            stream_completion(url, key, request_body(load, model, depth, numbers(), run), load.request_timeout_s, t0)
+        for c in load.concurrency:
+            sampler = vram() if vram is not None else None
+            try:
+                samples = run_level(url, key, model, load, c,
+                                    lambda done, total, c=c: say(f"depth {depth} concurrency {c}: {done}/{total} "
+                                                                 "requests"), depth, numbers, run)
+            finally:
+                peak, note = sampler.stop() if sampler is not None else (None, "not sampled")
+            levels.append(dataclasses.replace(level(c, samples, depth), peak_vram_mib=peak, peak_vram_note=note))
+            all_samples += samples
     return levels, all_samples

@@ -1,6 +1,6 @@
 """v100kit plan INVENTORY [--json] [--limit HOST ...]: what each host would get, changing nothing.
 
-Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build, the vLLM release and venv, and per
+Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build (and its compile jobs), the vLLM release and venv, and per
 llama-server@NAME / vllm@NAME instance the planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
 largest context that fits, layers that would run on the CPU, the decode ceiling in tokens/s), and warnings (a
 bf16-trained model served in fp16 below compute capability 8.0: overflow risk). A host whose settings are refused prints the refusal. Exit status 1 when any host is refused.
@@ -12,6 +12,7 @@ import argparse
 import json
 
 from v100kit.hosts import for_each_host
+from roles.llama_cpp.jobs import host_build_jobs
 from roles.preflight import HostPlan
 
 MiB = 1 << 20
@@ -34,12 +35,18 @@ def summarize(host, plan: HostPlan) -> dict:
            "cuda": [t.version for t in plan.toolkits], "llama_cpp": None, "vllm": None, "instances": {}}
     if plan.llama_cpp:
         out["llama_cpp"] = plan.llama_cpp.prefix
+        jobs, why = host_build_jobs(host, plan.settings.llama_cpp_build_jobs)  # as the deploy decides them
+        out["llama_cpp_build"] = {"jobs": jobs, "why": why}
         for inst in plan.llama_cpp.instances:
             kv = inst.kv
             out["instances"][f"llama-server@{inst.name}"] = {
                 "model": inst.model_path, "plan": _memory(inst.memory),
                 "kv_cache": None if kv is None else {"type_k": kv.cache_type_k, "type_v": kv.cache_type_v,
-                                                     "flash_attn": kv.flash_attn, "why": kv.why}}
+                                                     "flash_attn": kv.flash_attn, "why": kv.why},
+                "serving": None if inst.serving is None else {
+                    "slots": inst.serving.slots, "context_per_request": inst.serving.context,
+                    "kv_pool_tokens": inst.serving.pool, "kv_unified": inst.serving.unified,
+                    "full_length_requests_at_once": inst.serving.slots, "why": list(inst.serving.why)}}
     out["gpus"] = {str(g): {"claims_mib": {u: None if b is None else round(b / MiB) for u, b in users},
                             "total_mib": round(sum(b or 0 for _, b in users) / MiB)}
                    for g, users in sorted(plan.gpu_claims.items())}
@@ -66,7 +73,8 @@ def table(results: dict) -> str:
             continue
         lines.append(f"== {name}: {r['platform']}, driver {r['driver']}, CUDA {', '.join(r['cuda'])}")
         if r["llama_cpp"]:
-            lines.append(f"   llama.cpp {r['llama_cpp']}")
+            lines.append(f"   llama.cpp {r['llama_cpp']}" + (f", build {r['llama_cpp_build']['why']}"
+                                                           if r.get("llama_cpp_build") else ""))
         if r.get("ray"):
             c = r["ray"]
             lines.append(f"   Ray cluster {c['cluster']}: {c['role']} at {c['node_address']} ({c['interface']}), GCS "
@@ -85,6 +93,11 @@ def table(results: dict) -> str:
             if d.get("kv_cache"):
                 kv = d["kv_cache"]
                 lines.append(f"   {inst}: KV cache -ctk {kv['type_k']} -ctv {kv['type_v']}: {kv['why']}")
+            if d.get("serving"):
+                sv = d["serving"]
+                lines.append(f"   {inst}: {sv['slots']} slot(s): {sv['full_length_requests_at_once']} request(s) of up "
+                             f"to {sv['context_per_request']} tokens at once, KV pool -c {sv['kv_pool_tokens']}"
+                             + (" unified" if sv["kv_unified"] else "") + f" ({'; '.join(sv['why'])})")
             if p is None:
                 lines.append(f"   {inst}: {d['model']}: not planned (the model is not readable before the deploy)")
                 continue

@@ -1,5 +1,6 @@
-"""--sweep for llama.cpp instances: the same measurement with alternative llama-server flags (KV cache types, flash
-attention, -ub, -np), and each figure's default/best ratio (the toolkit's goal for its defaults: >= 0.95).
+"""--sweep for llama.cpp instances: the same measurement (every depth, every concurrency) with alternative
+llama-server flags (slots with the unified KV pool, KV cache types, flash attention, -ub), and each figure's
+default/best ratio per depth (the toolkit's goal for its defaults: >= 0.95).
 
 A GPU rarely holds the model twice, so the sweep stops the instance's service for its duration and starts it again
 at the end, whatever happened: run() restarts it in a `finally`, so an error, a failed start of an alternative or
@@ -16,7 +17,7 @@ from typing import Callable, Protocol
 #: trees (also roles/planner LLAMA_CPP_N_UBATCH).
 DEFAULT_UBATCH = 512
 #: The figures a sweep compares; True where higher is better.
-FIGURES = {"ttft_p50_ms": False, "decode_tps": True, "aggregate_tps": True}
+FIGURES = {"decode_tps": True, "aggregate_decode_tps": True, "ttft_p50_ms": False}
 
 
 class Control(Protocol):
@@ -61,22 +62,74 @@ def flash_attn(args: list[str], on: bool, style: str) -> list[str]:
     return set_flag(args, "-fa", None) if on else without_flag(args, "-fa")
 
 
+def flag_value(args: list[str], *flags: str) -> str | None:
+    """The value after the first of `flags` in `args`, None when absent."""
+    for k, a in enumerate(args):
+        if a in flags and k + 1 < len(args):
+            return args[k + 1]
+    return None
+
+
+def without_valued_flag(args: list[str], flag: str) -> list[str]:
+    """`args` without `flag` and its value."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == flag:
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def per_request_context(args: list[str]) -> int | None:
+    """The context one request gets: --kv-unified-per-slot where given, else -c over -np (-np absent: 1); None
+    without -c (llama-server then takes the model's own context, not known here)."""
+    per = flag_value(args, "--kv-unified-per-slot")
+    if per is not None and per.isdigit():
+        return int(per)
+    c, np_ = flag_value(args, "-c", "--ctx-size"), flag_value(args, "-np", "--parallel") or "1"
+    return int(c) // max(1, int(np_)) if c is not None and c.isdigit() and np_.isdigit() else None
+
+
+def with_slots(args: list[str], slots: int) -> list[str]:
+    """`args` with `slots` parallel slots and each request's context kept: -np SLOTS, -c SLOTS x per-request
+    context (per_request_context), and for more than one slot the unified KV pool (-kvu, added where neither it nor
+    --kv-unified is there) with --kv-unified-per-slot set to the per-request context where the default gives it
+    (builds without that option are not given it); one slot drops -kvu/--kv-unified and --kv-unified-per-slot
+    (one sequence: unified is moot)."""
+    per = per_request_context(args)
+    out = [{"--parallel": "-np", "--ctx-size": "-c"}.get(a, a) for a in args]  # one spelling: set_flag replaces it
+    out = set_flag(out, "-np", str(slots))
+    if per is not None:
+        out = set_flag(out, "-c", str(slots * per))
+    if slots == 1:
+        out = without_valued_flag(without_flag(without_flag(out, "-kvu"), "--kv-unified"), "--kv-unified-per-slot")
+    else:
+        if "-kvu" not in out and "--kv-unified" not in out:
+            out = set_flag(out, "-kvu", None)
+        if "--kv-unified-per-slot" in out and per is not None:
+            out = set_flag(out, "--kv-unified-per-slot", str(per))
+    return out
+
+
 def alternatives(default: str, style: str) -> list[tuple[str, list[str]]]:
     """The flag sets a sweep measures, the service's own first: [(label, llama-server argv without the binary)].
-    The service's arguments (`default`, shell-quoted as in its environment file) with one change each: KV f16 and
-    q8_0 with flash attention, flash attention off with an f16 KV cache (a quantized V needs it on), -ub 256 and
-    1024, -np 1 and 4 (the same -c, so slots share it). Alternatives equal to the default are dropped."""
+    The service's arguments (`default`, shell-quoted as in its environment file) with one change each:
+    -np 1, 4 and 8 with the per-request context kept (with_slots: -c = slots x per-request, the unified KV pool for
+    more than one slot), KV f16 and q8_0 with flash attention, flash attention off with an f16 KV cache (a
+    quantized V needs it on), -ub 256, 512 and 1024. Alternatives equal to the default are dropped (_normal)."""
     base = shlex.split(default)
     cand = [("default", base)]
+    for slots in (1, 4, 8):
+        cand.append((f"-np {slots}" + (" -kvu" if slots > 1 else ""), with_slots(base, slots)))
     for kv in ("f16", "q8_0"):
         cand.append((f"-ctk {kv} -ctv {kv} -fa on",
                      flash_attn(set_flag(set_flag(base, "-ctk", kv), "-ctv", kv), True, style)))
     cand.append(("-ctk f16 -ctv f16 -fa off",
                  flash_attn(set_flag(set_flag(base, "-ctk", "f16"), "-ctv", "f16"), False, style)))
-    for ub in (256, 1024):
+    for ub in (256, 512, 1024):
         cand.append((f"-ub {ub}", set_flag(base, "-ub", str(ub))))
-    for np_ in (1, 4):
-        cand.append((f"-np {np_}", set_flag(base, "-np", str(np_))))
     out, seen = [], []
     for label, args in cand:
         key = _normal(args)
@@ -87,30 +140,72 @@ def alternatives(default: str, style: str) -> list[tuple[str, list[str]]]:
 
 
 def _normal(args: list[str]) -> tuple:
-    """Arguments as a comparable form: explicit defaults (-ub 512) are the same as leaving them out."""
-    return tuple(args if "-ub" in args else [*args, "-ub", str(DEFAULT_UBATCH)])
+    """Arguments as a comparable form: explicit defaults (-ub 512, -np 1) are the same as leaving them out, and
+    --kv-unified is -kvu."""
+    a = ["-kvu" if x == "--kv-unified" else x for x in args]
+    a = a if "-ub" in a else [*a, "-ub", str(DEFAULT_UBATCH)]
+    a = a if "-np" in a or "--parallel" in a else [*a, "-np", "1"]
+    return tuple(a)
 
 
-def ratios(runs: list[dict]) -> dict[str, float]:
-    """{figure: the default's share of the best run}: default/best for speeds, best/default for latencies; only
-    figures the default and at least one run measured. runs[0] is the default."""
-    if not runs or not runs[0].get("figures"):
-        return {}
-    d, out = runs[0]["figures"], {}
-    for name, higher in FIGURES.items():
-        vals = [r["figures"][name] for r in runs if r.get("figures") and r["figures"].get(name)]
-        if not d.get(name) or not vals:
-            continue
-        best = max(vals) if higher else min(vals)
-        out[name] = d[name] / best if higher else best / d[name]
+def figures_of(levels) -> list[dict]:
+    """The figures a sweep compares, from one run's Levels (figures.Level), per depth: decode tokens/s of one
+    stream (concurrency 1), aggregate decode tokens/s at each concurrency above 1, TTFT p50 at each concurrency.
+    [{"figure", "depth", "concurrency", "value"}] in (depth, figure, concurrency) order."""
+    out = []
+    for d in dict.fromkeys(lv.depth for lv in levels):
+        at = [lv for lv in levels if lv.depth == d]
+        out += [{"figure": "decode_tps", "depth": d, "concurrency": 1, "value": lv.decode_tps_per_stream}
+                for lv in at if lv.concurrency == 1]
+        out += [{"figure": "aggregate_decode_tps", "depth": d, "concurrency": lv.concurrency,
+                 "value": lv.aggregate_decode_tps} for lv in at if lv.concurrency > 1]
+        out += [{"figure": "ttft_p50_ms", "depth": d, "concurrency": lv.concurrency, "value": lv.ttft_p50_ms}
+                for lv in at]
     return out
+
+
+def _key(f: dict) -> tuple:
+    return f["figure"], f["depth"], f["concurrency"]
+
+
+def ratios(runs: list[dict]) -> list[dict]:
+    """Per figure of the default (runs[0]) that it measured: {"figure", "depth", "concurrency", "higher_is_better",
+    "default", "best", "best_label", "ratio"}: the best of every run that measured it (the default included; the
+    first one on a tie), and the default's share of it: default/best for speeds, best/default for latencies
+    (1.0: the default is the best). [] when the default measured nothing."""
+    if not runs or not runs[0].get("figures"):
+        return []
+    out = []
+    for f in runs[0]["figures"]:
+        if not f.get("value"):
+            continue
+        higher = FIGURES[f["figure"]]
+        vals = [(g["value"], r["label"]) for r in runs for g in (r.get("figures") or [])
+                if _key(g) == _key(f) and g.get("value")]
+        best, label = vals[0]
+        for v, lab in vals[1:]:
+            if (v > best) if higher else (v < best):
+                best, label = v, lab
+        out.append({"figure": f["figure"], "depth": f["depth"], "concurrency": f["concurrency"],
+                    "higher_is_better": higher, "default": f["value"], "best": best, "best_label": label,
+                    "ratio": f["value"] / best if higher else best / f["value"]})
+    return out
+
+
+def bound(n_alternatives: int, load, start_timeout_s: float) -> dict:
+    """The sweep's bound on one instance: every alternative gets `load` (figures.Load: depths x levels x requests)
+    after a start of at most `start_timeout_s`."""
+    return {"alternatives": n_alternatives, "depths": len(load.depths), "levels": len(load.concurrency),
+            "max_requests": n_alternatives * load.max_requests,
+            "max_seconds": n_alternatives * (load.max_seconds + start_timeout_s)}
 
 
 def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[object], dict],
         say: Callable[[str], None]) -> list[dict]:
-    """Stop the service (after saying so), measure each alternative (`measure(handle)` -> figures), stop it, and
-    always start the service again at the end. One alternative that fails to start or to measure is recorded with
-    its error and the sweep goes on. [{"label", "flags", "figures" or None, "error"}] in `alts` order."""
+    """Stop the service (after saying so), measure each alternative (`measure(handle)` -> {"figures": figures_of
+    its levels, and any other keys to record, e.g. "peak_vram_mib"}), stop it, and always start the service again
+    at the end. One alternative that fails to start or to measure is recorded with its error and the sweep goes on.
+    [{"label", "flags", "figures" or None, "error", ...}] in `alts` order."""
     say("sweep: stopping the service for the sweep; it is started again at the end, also after an error or Ctrl-C")
     runs: list[dict] = []
     try:
@@ -122,7 +217,7 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
             handle = None
             try:
                 handle = control.start_alternative(args)
-                entry["figures"] = measure(handle)
+                entry.update(measure(handle))
             except Exception as e:  # this alternative failed; the others still run
                 entry["error"] = f"{type(e).__name__}: {e}"[:300]
             finally:

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from roles.llama_cpp.attention import QUANTIZED, explain
 from roles.settings import LlamaCppInstance, problem
 
-#: The default KV cache types, cheapest first: each is taken when attention stays on the GPU with it.
-DEFAULT_CANDIDATES = (("q8_0", "q8_0"), ("f16", "f16"))
+#: The KV cache types tried where cache_type_k/v are unset, fastest first: f16 decodes 14-32 % faster than q8_0
+#: (roles/llama_cpp/slots.py Q8_0_DECODE_RATIO), q8_0 holds twice the tokens. Each is a candidate where attention
+#: stays on the GPU with it; roles/llama_cpp/slots.py takes the first that fits in memory.
+DEFAULT_CANDIDATES = (("f16", "f16"), ("q8_0", "q8_0"))
 ALL_TYPES = ("f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "bf16", "f32")
 
 
@@ -59,8 +61,8 @@ def choose_kv(key: str, inst: LlamaCppInstance, head_k: int | None, head_v: int 
 
     head_k/head_v: the model's K and V head sizes (elements; None: the GGUF is not readable before the deploy).
     form: the pinned tree's attention form (None: unknown). cc: the GPUs' compute capability (major, minor).
-    Types left unset become the cheapest of DEFAULT_CANDIDATES that keeps attention on the GPU (q8_0 at head size
-    128 in the 0.3.16 tree; f16 where a quantized cache would send it to the CPU). Explicit types that llama.cpp
+    Types left unset become the first of DEFAULT_CANDIDATES that keeps attention on the GPU (f16; kv_candidates
+    lists the others for the memory choice). Explicit types that llama.cpp
     runs on the CPU, aborts on or refuses are a problem naming the head size and what works, unless
     allow_cpu_attention. Never raises."""
     k, v = inst.cache_type_k, inst.cache_type_v
@@ -82,7 +84,7 @@ def choose_kv(key: str, inst: LlamaCppInstance, head_k: int | None, head_v: int 
             if _on_gpu(form, cc, head_k, hv, ck, cv, fa, all_quants):
                 return KvChoice(ck, cv, fa, f"head size {head_k}: {ck}/{cv} keeps attention on the GPU "
                                             f"(flash attention {'on' if fa else 'off'})"), []
-        k, v = DEFAULT_CANDIDATES[-1]
+        k, v = "f16", "f16"  # on the GPU at every head size: its refusal below names what works
     k, v = k or v, v or k
     fa = _fa(inst.flash_attn, form, cc, head_k, hv, k, v, all_quants)
     where, source = explain(form, cc, head_k, hv, k, v, fa, all_quants)
@@ -98,6 +100,24 @@ def choose_kv(key: str, inst: LlamaCppInstance, head_k: int | None, head_v: int 
                             f"leave cache_type_k/v unset, or use one of: {works}; or set allow_cpu_attention: true")]
 
 
+def kv_candidates(key: str, inst: LlamaCppInstance, head_k: int | None, head_v: int | None, form: str | None,
+                  cc: tuple[int, int], all_quants: bool) -> tuple[list[KvChoice], list[str]]:
+    """The KV cache choices the memory plan may pick from, preferred first, and the problems: with both types unset
+    and the model and the tree's rules known, each DEFAULT_CANDIDATES pair that keeps attention on the GPU (f16,
+    then q8_0 where the head size allows it); otherwise choose_kv's one choice. Never raises."""
+    first, problems = choose_kv(key, inst, head_k, head_v, form, cc, all_quants)
+    if inst.cache_type_k or inst.cache_type_v or head_k is None or form is None:
+        return [first], problems
+    hv = head_v or head_k
+    out = []
+    for ck, cv in DEFAULT_CANDIDATES:
+        fa = _fa(inst.flash_attn, form, cc, head_k, hv, ck, cv, all_quants)
+        if _on_gpu(form, cc, head_k, hv, ck, cv, fa, all_quants):
+            out.append(KvChoice(ck, cv, fa, f"head size {head_k}: {ck}/{cv} keeps attention on the GPU "
+                                            f"(flash attention {'on' if fa else 'off'})"))
+    return out or [first], problems
+
+
 def architecture_problems(key: str, architecture: str, known: frozenset[str] | None, ref: str,
                           newer: list[str]) -> list[str]:
     """The model's general.architecture must be one the pinned tree loads (src/llama-arch.cpp LLM_ARCH_NAMES);
@@ -111,15 +131,17 @@ def architecture_problems(key: str, architecture: str, known: frozenset[str] | N
 
 
 def context_problems(key: str, inst: LlamaCppInstance, trained: int) -> list[str]:
-    """A context per slot (context / parallel, tokens) above the model's trained context (`trained`, 0: not
-    recorded) needs rope scaling (rope_scaling, rope_scale / yarn_orig_ctx) or allow_context_beyond_training."""
-    per_slot = inst.context // inst.parallel
-    if not trained or per_slot <= trained or inst.rope_scaling or inst.allow_context_beyond_training:
+    """A context per request (the `context` setting, tokens; unset: chosen within the trained context) above the
+    model's trained context (`trained`, 0: not recorded) needs rope scaling (rope_scaling, rope_scale /
+    yarn_orig_ctx) or allow_context_beyond_training."""
+    per_slot = inst.context
+    if not per_slot or not trained or per_slot <= trained or inst.rope_scaling or inst.allow_context_beyond_training:
         return []
-    return [problem(f"{key}.context", inst.context, f"{per_slot} tokens per slot is beyond the {trained} tokens "
+    return [problem(f"{key}.context", inst.context, f"{per_slot} tokens per request is beyond the {trained} tokens "
                     "the model was trained for: without rope scaling its output degrades",
-                    f"set context to at most {trained * inst.parallel}, or rope_scaling: yarn with yarn_orig_ctx: "
-                    f"{trained} (and rope_scale {per_slot / trained:g}), or allow_context_beyond_training: true")]
+                    f"set context to at most {trained} (or leave it unset), or rope_scaling: yarn with "
+                    f"yarn_orig_ctx: {trained} (and rope_scale {per_slot / trained:g}), or "
+                    "allow_context_beyond_training: true")]
 
 
 def gpu_architecture_problems(wanted: list[str] | None, gpu_caps: list[str]) -> list[str]:

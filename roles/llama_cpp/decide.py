@@ -19,10 +19,12 @@ from urllib.parse import quote, urlparse
 from roles import planner
 from roles.cuda.versions import Toolkit
 from roles.hub import is_header_copy
-from roles.engines import (compute_capability, gpu_count, gpu_memory_mib, is_url, network_listener, one_model,
-                           port_clashes, sha256_file, url_file_name)
+from roles.engines import (compute_capability, gpu_claims, gpu_count, gpu_memory_mib, is_url, network_listener,
+                           one_model, port_clashes, sha256_file, url_file_name)
+from roles.llama_cpp import slots as serving
 from roles.llama_cpp.choices import (KvChoice, architecture_problems as model_architecture_problems, choose_kv,
-                                     context_problems, gpu_architecture_problems)
+                                     context_problems, gpu_architecture_problems, kv_candidates)
+from roles.llama_cpp.flags import extra_args_problems, typed_args, typed_problems
 from roles.llama_cpp.tree import read_tree
 from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, SOURCES, Source
 from roles.secrets import read_api_key
@@ -50,6 +52,8 @@ class Instance:
     memory: planner.Plan | None = None  # None: the model file is not readable before the deploy (URL, host path)
     kv: KvChoice | None = None  # the KV cache types and flash attention it runs with (None: settings as given)
     gpu_layers: int | None = None  # layers the memory plan keeps on the GPU where it offloads (allow_offload)
+    serving: serving.Serving | None = None  # slots, context per request and KV pool (None: settings as given)
+    server_flags: frozenset[str] | None = None  # the tree's llama-server flags (roles/llama_cpp/flags.py spellings)
 
     @property
     def n_gpu_layers(self) -> int:
@@ -113,11 +117,12 @@ def tree_of(src: Source, settings: Settings, read_archive: bool = True) -> Tree:
     archive failed its checksum), else unknown (a URL not fetched here). Never raises."""
     all_quants = settings.llama_cpp_fa_all_quants
     if src.fa_form is not None or src.architectures is not None:
-        return Tree(src.ref, src.architectures, src.fa_form, all_quants)
+        return Tree(src.ref, src.architectures, src.fa_form, all_quants, server_flags=src.server_flags)
     if read_archive and not is_url(src.url) and Path(src.url).is_file():
         try:
             facts = read_tree(Path(src.url), src.subdir)
-            return Tree(src.ref, facts.architectures, facts.fa_form, all_quants)
+            return Tree(src.ref, facts.architectures, facts.fa_form, all_quants,
+                        server_flags=facts.server_flags or None)
         except (OSError, ValueError):  # not a llama.cpp tree we can read: unknown, and said so where it matters
             pass
     return Tree(src.ref, None, None, all_quants)
@@ -167,22 +172,79 @@ def architecture_problems(archs: tuple[str, ...], tk: Toolkit | None) -> list[st
             for a in archs if not lo <= int(a) <= hi]
 
 
-def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gguf_path: str, kv: KvChoice,
-                settings: Settings, gpus: list[GpuInfo], cuda_version: str | None = None
-                ) -> tuple[planner.Plan | None, list[str]]:
-    """The planner's verdict for one instance whose GGUF header was read here, with the KV cache types it will
-    really run with (`kv`): (plan, problems). VRAM (MiB) and GPU count come from nvidia-smi where it answers, else
-    from gpu_memory_mib / gpu_count. Refuses a model that does not fit, and one that would offload layers to the
-    CPU without allow_offload."""
+@dataclass(frozen=True)
+class GpuShare:
+    """The share of its GPUs one llama-server instance plans within: `fraction` of each GPU's VRAM (0..1, the
+    usable fraction already applied) and why, one line ("" when it has them to itself)."""
+
+    fraction: float
+    why: str = ""
+
+
+def gpu_shares(settings: Settings, gpus: list[GpuInfo]) -> dict[str, GpuShare]:
+    """{instance name: GpuShare} of every llama-server instance: what the vLLM instances on the same GPUs claim
+    (gpu_memory_utilization of the GPU plus its CUDA context and graphs outside it, roles/engines.py gpu_claims)
+    is taken off first, and llama-server instances that see a common GPU split the rest evenly, so that an
+    automatically sized KV pool never fills memory another instance is planned in. Never raises."""
+    n, gpu_mib = gpu_count(settings, gpus), gpu_memory_mib(settings, gpus)
+    vllm = gpu_claims([], [(f"vllm@{k}", v.gpus, v.tensor_parallel_size, v.gpu_memory_utilization,
+                            planner.VLLM_CUDA_CONTEXT_BYTES + planner.vllm_graph_bytes(v.tensor_parallel_size,
+                                                                                       v.enforce_eager))
+                           for k, v in sorted(settings.vllm_instances.items())], n, gpu_mib)
+    seen = {k: set(v.gpus or range(n)) for k, v in settings.llama_cpp_instances.items()}
+    out = {}
+    for name, mine in seen.items():
+        others = sorted(k for k, g in seen.items() if k != name and g & mine)
+        taken = max((sum(b or 0 for _, b in vllm.get(g, [])) for g in mine), default=0)
+        left = max(0.0, 1 - taken / (gpu_mib * (1 << 20)))
+        fraction = settings.gpu_usable_fraction * left / (1 + len(others))
+        why = []
+        if taken:
+            users = sorted({u for g in mine for u, _ in vllm.get(g, [])})
+            why.append(f"{', '.join(users)} claim {taken / (1 << 20):.0f} MiB of a GPU it uses")
+        if others:
+            why.append(f"it shares its GPUs with llama-server@{', llama-server@'.join(others)}: "
+                       f"1/{1 + len(others)} of the rest each")
+        out[name] = GpuShare(fraction, "; ".join(why))
+    return out
+
+
+def planner_for(s: LlamaCppInstance, model: planner.GgufModel, settings: Settings, gpus: list[GpuInfo],
+                cuda_version: str | None = None, share: GpuShare | None = None
+                ) -> Callable[[int, int, KvChoice], planner.Plan]:
+    """plan(context per slot in tokens, slots, KV choice) -> the memory planner's Plan for this instance's model on
+    its GPUs: VRAM (MiB) and GPU count from nvidia-smi where it answers, else gpu_memory_mib / gpu_count; within
+    `share` of each GPU (None: gpu_usable_fraction, the GPUs to itself)."""
+    fraction = settings.gpu_usable_fraction if share is None else share.fraction
     gpu_mib = gpu_memory_mib(settings, gpus)
     n_gpus = len(s.gpus) if s.gpus else gpu_count(settings, gpus)
     gpu_name = "h200" if gpus and "H200" in gpus[0]["name"] else "v100"  # the rows measured or bounded
     context_bytes = planner.llama_cpp_cuda_context_bytes(gpu_name, cuda_version) if cuda_version else None
-    mplan = planner.plan_llama_cpp(model, gpu_mib, n_gpus, max(1, s.context // s.parallel), kv.cache_type_k,
-                                   kv.cache_type_v, s.parallel, settings.gpu_usable_fraction, s.n_gpu_layers,
-                                   flash_attn=kv.flash_attn is not False and kv.flash_attn is not None,
-                                   cuda_context_bytes=context_bytes)
-    mplan = replace(mplan, reasons=[f"KV cache {kv.cache_type_k}/{kv.cache_type_v}: {kv.why}", *mplan.reasons])
+
+    def plan(context: int, slots: int, kv: KvChoice) -> planner.Plan:
+        return planner.plan_llama_cpp(model, gpu_mib, n_gpus, context, kv.cache_type_k, kv.cache_type_v, slots,
+                                      fraction, s.n_gpu_layers,
+                                      flash_attn=kv.flash_attn is not False and kv.flash_attn is not None,
+                                      cuda_context_bytes=context_bytes)
+    return plan
+
+
+def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gguf_path: str,
+                chosen: serving.Serving, settings: Settings, gpus: list[GpuInfo], cuda_version: str | None = None,
+                share: GpuShare | None = None) -> tuple[planner.Plan | None, list[str]]:
+    """The planner's verdict for one instance whose GGUF header was read here, with the slots, context and KV cache
+    types it will really run with (`chosen`): (plan, problems). Refuses a model that does not fit, and one that
+    would offload layers to the CPU without allow_offload."""
+    gpu_mib = gpu_memory_mib(settings, gpus)
+    n_gpus = len(s.gpus) if s.gpus else gpu_count(settings, gpus)
+    kv = chosen.kv
+    mplan = planner_for(s, model, settings, gpus, cuda_version, share)(chosen.context, chosen.slots, kv)
+    mplan = replace(mplan, reasons=[f"KV cache {kv.cache_type_k}/{kv.cache_type_v}: {kv.why}",
+                                    *([f"planned within {share.fraction:.0%} of each GPU: {share.why}"]
+                                      if share and share.why else []),
+                                    f"serving: {'; '.join(chosen.why)}",
+                                    f"{chosen.slots} request(s) of up to {chosen.context} tokens fit at once",
+                                    *mplan.reasons])
     if mplan.outcome == "fits" or (mplan.outcome == "offload" and s.allow_offload):
         return mplan, []
     why = "; ".join(mplan.reasons)
@@ -190,8 +252,11 @@ def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gg
         return mplan, [problem(inst_key, Path(gguf_path).name, f"would offload {mplan.layers_offloaded} layers to the "
                                f"CPU (decode ceiling {mplan.decode_ceiling_tps:.1f} tokens/s): {why}",
                                "use a smaller quant type or a shorter context, or set allow_offload: true")]
+    shared = (", or give the instances different GPUs (gpus: [...] on each), or lower the vLLM instance's "
+              "gpu_memory_utilization" if share and share.why else "")
     return mplan, [problem(inst_key, Path(gguf_path).name, f"does not fit in {n_gpus} x {gpu_mib} MiB: {why}",
-                           "shorten context, quantize the KV cache (cache_type_k/v q8_0), or use a smaller quant")]
+                           "shorten context, quantize the KV cache (cache_type_k/v q8_0), or use a smaller quant"
+                           + shared)]
 
 
 def host_model_problems(key: str, model_path: str, host_has_file: Callable[[str], bool]) -> list[str]:
@@ -212,12 +277,19 @@ class Tree:
     fa_form: str | None
     fa_all_quants: bool
     cuda_version: str | None = None  # the toolkit it is built with: the CUDA context's size depends on it
+    server_flags: frozenset[str] | None = None  # llama-server's flags in this tree (common/arg.cpp); None: unknown
+
+    @property
+    def can_unify(self) -> bool:
+        """The tree has -kvu and --kv-unified-per-slot, so slots can share one pool, each capped at its share."""
+        return self.server_flags is not None and {"--kv-unified", "--kv-unified-per-slot"} <= self.server_flags
 
 
-def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo], tree: Tree
-                 ) -> tuple[str, planner.Plan | None, KvChoice | None, list[str], int | None]:
-    """model_source checked before the deploy: (model_source as placed, memory plan, KV choice, problems, layers on
-    the GPU where the plan offloads the others, else None). It needs
+def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo], tree: Tree,
+                 share: GpuShare | None = None
+                 ) -> tuple[str, planner.Plan | None, serving.Serving | None, list[str], int | None]:
+    """model_source checked before the deploy: (model_source as placed, memory plan, serving choice (slots,
+    context, KV cache), problems, layers on the GPU where the plan offloads the others, else None). It needs
     model_sha256; a control-machine file (`~` expanded) must exist, have that sha256, be a GGUF the pinned tree can
     load, within its trained context, with KV cache types that keep attention on the GPU, and pass memory_plan.
     A URL is checked on the host by files.download (its header is not read: the KV choice is then None); with
@@ -250,19 +322,37 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     newer = [ref for ref, src in SOURCES.items() if ref != tree.ref and model.architecture in (src.architectures or ())]
     problems = model_architecture_problems(key, model.architecture, tree.architectures, tree.ref, newer)
     problems += context_problems(key, inst, model.context_length)
-    kv, more = choose_kv(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
-                         compute_capability(settings, gpus), tree.fa_all_quants)
-    memory, even_more = memory_plan(key, inst, model, path, kv, settings, gpus, tree.cuda_version)
+    kvs, more = kv_candidates(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
+                              compute_capability(settings, gpus), tree.fa_all_quants)
+    chosen = serving.choose(inst.parallel, inst.context, model.context_length, kvs,
+                            planner_for(inst, model, settings, gpus, tree.cuda_version, share), _unify(inst, tree))
+    memory, even_more = memory_plan(key, inst, model, path, chosen, settings, gpus, tree.cuda_version, share)
     gpu_layers = model.n_layers - memory.layers_offloaded if memory and memory.outcome == "offload" else None
-    return path, memory, kv, problems + more + even_more, gpu_layers
+    return path, memory, chosen, problems + more + even_more, gpu_layers
+
+
+def _unify(inst: LlamaCppInstance, tree: Tree) -> bool:
+    """Whether slots share one KV pool: kv_unified as set, else where the tree can cap each slot."""
+    return tree.can_unify if inst.kv_unified is None else inst.kv_unified
+
+
+def kv_unified_problems(key: str, inst: LlamaCppInstance, tree: Tree) -> list[str]:
+    """kv_unified: true needs a tree with -kvu and --kv-unified-per-slot (else one request could fill the pool and
+    fail every other: tools/server/server-context.cpp "Context size has been exceeded")."""
+    if not inst.kv_unified or tree.can_unify:
+        return []
+    return [problem(f"{key}.kv_unified", True, f"llama.cpp {tree.ref} has no --kv-unified-per-slot"
+                    + (" (its flags are not known)" if tree.server_flags is None else ""),
+                    "leave kv_unified unset (slots then split the pool), or pin a newer llama_cpp_ref")]
 
 
 def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[GpuInfo],
-             host_has_file: Callable[[str], bool], tree: Tree) -> tuple[Instance, list[str]]:
+             host_has_file: Callable[[str], bool], tree: Tree, share: GpuShare | None = None
+             ) -> tuple[Instance, list[str]]:
     """One llama-server@NAME: (Instance, problems) for its model, listen address and API key file. A model from
     model_source is placed as <base_service_home>/models/<file name>."""
     key = f"llama_cpp_instances.{name}"
-    model_source, memory, kv, gpu_layers = None, None, None, None
+    model_source, memory, chosen, gpu_layers = None, None, None, None
     problems = one_model(key, inst, "set model_path (a file on the host) or model_source with model_sha256",
                          shown={k: v for k, v in inst.model_dump().items() if k.startswith("model")})
     if problems:
@@ -273,7 +363,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
     else:
         # the name as the URL spells it (percent-encoding kept: no space reaches a unit file)
         model_path = f"{settings.base_service_home}/models/{Path(urlparse(inst.model_source).path).name}"
-        model_source, memory, kv, problems, gpu_layers = source_model(key, inst, settings, gpus, tree)
+        model_source, memory, chosen, problems, gpu_layers = source_model(key, inst, settings, gpus, tree, share)
     problems += network_listener(key, inst.listen, bool(inst.api_key_file),
                                  "reachable from the network without an API key",
                                  "set api_key_file, or listen on 127.0.0.1 behind your own proxy")
@@ -283,11 +373,16 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
         more.append(problem(f"{key}.gpus", inst.gpus, f"this host has GPUs 0..{n - 1}"
                             + ("" if gpus else " (gpu_count; no driver answers yet)"),
                             "list existing GPU indices, or leave gpus unset"))
-    if kv is None:  # the header is read on no machine before the deploy: the settings as given, f16 where unset
+    if chosen is None:  # the header is read on no machine before the deploy: the settings as given, f16 where unset
         kv, even_more = choose_kv(key, inst, None, None, tree.fa_form, compute_capability(settings, gpus),
                                   tree.fa_all_quants)
         more += even_more
-    return Instance(name, inst, model_path, model_source, api_key, memory, kv, gpu_layers), problems + more
+        chosen = serving.unread(inst.parallel, inst.context, kv, _unify(inst, tree))
+    more += kv_unified_problems(key, inst, tree)
+    more += extra_args_problems(f"{key}.extra_args", inst.extra_args, tree.server_flags) + typed_problems(
+        key, inst, tree.server_flags, len(inst.gpus) if inst.gpus else gpu_count(settings, gpus))
+    return (Instance(name, inst, model_path, model_source, api_key, memory, chosen.kv, gpu_layers, chosen,
+                     tree.server_flags), problems + more)
 
 
 def flash_attn_problems(instances: list[Instance]) -> list[str]:
@@ -349,9 +444,9 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     tree = replace(tree_of(src, settings, read_archive=not file_problems), cuda_version=tk.version if tk else None)
     items = sorted(settings.llama_cpp_instances.items())
     clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")
-    instances = []
+    instances, shares = [], gpu_shares(settings, gpus)
     for name, inst in items:
-        resolved, more = instance(name, inst, settings, gpus, host_has_file, tree)
+        resolved, more = instance(name, inst, settings, gpus, host_has_file, tree, shares[name])
         problems += clashes[name] + more
         instances.append(resolved)
     problems += placement_clashes(instances)
@@ -399,8 +494,11 @@ def server_args(inst: Instance, flash_attn_style: str) -> str:
     flash attention; Volta has it: docs/volta.md §5), off otherwise."""
     s = inst.settings
     kv = inst.kv or KvChoice(s.cache_type_k or "f16", s.cache_type_v or "f16", None, "")
+    sv = inst.serving or serving.unread(s.parallel, s.context, kv, bool(s.kv_unified))
     args = ["-m", inst.model_path, "--host", s.listen, "--port", str(s.port), "-ngl", str(inst.n_gpu_layers),
-            "-c", str(s.context), "-ctk", kv.cache_type_k, "-ctv", kv.cache_type_v, "-np", str(s.parallel)]
+            "-c", str(sv.pool), "-ctk", kv.cache_type_k, "-ctv", kv.cache_type_v, "-np", str(sv.slots)]
+    if sv.unified:  # one pool, each slot capped at its share: a full pool cannot fail the other requests
+        args += ["-kvu", "--kv-unified-per-slot", str(sv.context)]
     fa = kv.flash_attn
     if fa is None:  # not decided from the model: the setting; a bare -fa build has no auto (on for quantized V)
         fa = s.flash_attn if flash_attn_style == "value" else (
@@ -417,6 +515,7 @@ def server_args(inst: Instance, flash_attn_style: str) -> str:
         args += ["--yarn-orig-ctx", str(s.yarn_orig_ctx)]
     if s.metrics:
         args.append("--metrics")
+    args += typed_args(s, inst.server_flags) + list(s.extra_args)
     # llama.cpp's own load report (CUDA devices, "offloaded N/M layers to GPU", KV and compute buffer sizes) is
     # library INFO, which newer trees log only from verbosity 4 (common/log.cpp common_log_get_verbosity): the
     # deploy's GPU check and the doctor read it from the journal

@@ -18,6 +18,7 @@ from pyinfra.operations.util import any_changed
 from roles.engines import is_url
 from roles.llama_cpp.decide import CCACHE_DIR, CONFIG_DIR, CURRENT, STAMP, WORK, LlamaCppPlan, environment
 from roles.llama_cpp.facts import ServerEvidence
+from roles.llama_cpp.jobs import host_build_jobs
 from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.ops import CURL_RETRY, current_link, instance_config, remove_instances, restart_then_run, verified
 from roles.settings import Settings
@@ -105,7 +106,9 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
     else:  # files.download checks the sha256 itself and keeps an existing verified file
         files.download(name=f"source {p.source.ref}", src=p.source.url, dest=p.archive, sha256sum=p.source.sha256,
                        mode="600", extra_curl_args=CURL_RETRY)
-    build(name=f"build {Path(p.prefix).name}", plan_=p, jobs=settings.llama_cpp_build_jobs)
+    jobs, why = host_build_jobs(host, settings.llama_cpp_build_jobs)
+    logger.info(f"[{host.name}] llama.cpp build {why}")
+    build(name=f"build {Path(p.prefix).name}", plan_=p, jobs=jobs)
     link = current_link(name=f"{CURRENT} -> {Path(p.prefix).name}", link=CURRENT, target=p.prefix)
 
     unit = files.template(

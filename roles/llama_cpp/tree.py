@@ -83,13 +83,15 @@ class TreeFacts:
     bare `-fa`), from common/arg.cpp. cuda_graphs_min_cc: the compute capability (major, minor) below which
     ggml-cuda.cu turns CUDA graphs off (disable_due_to_gpu_arch), None where no such rule is found.
     fa_quants_options: the CMake options of ggml/CMakeLists.txt that pick the FA vector kernels' K/V types
-    (GGML_CUDA_FA_ALL_QUANTS, GGML_CUDA_FA_QUANTS)."""
+    (GGML_CUDA_FA_ALL_QUANTS, GGML_CUDA_FA_QUANTS). server_flags: every option spelling llama-server accepts
+    (common/arg.cpp, server_flags())."""
 
     architectures: frozenset[str]
     fa_form: str | None
     flash_attn_style: Literal["value", "flag"]
     cuda_graphs_min_cc: tuple[int, int] | None = None
     fa_quants_options: tuple[str, ...] = ()
+    server_flags: frozenset[str] = frozenset()
 
 
 def _mask(text: str) -> str:
@@ -244,6 +246,81 @@ def flash_attn_style(arg_cpp: str) -> Literal["value", "flag"]:
     return "value" if "std::string" in lam.group(1) else "flag"
 
 
+def _top_level_parts(masked: str, start: int, end: int) -> list[tuple[int, int]]:
+    """(start, end) of each comma-separated argument of masked[start:end] (commas inside brackets do not count)."""
+    parts, depth, last = [], 0, start
+    for i in range(start, end):
+        c = masked[i]
+        if c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append((last, i))
+            last = i + 1
+    parts.append((last, end))
+    return parts
+
+
+def server_flags(arg_cpp: str) -> frozenset[str]:
+    """Every option spelling llama-server accepts, read from common/arg.cpp as common_params_parser_init builds the
+    options for LLAMA_EXAMPLE_SERVER: each `add_opt(common_arg({"-x", "--xx"}, [{"--no-xx"},] ...)...)` whose
+    set_examples (default {LLAMA_EXAMPLE_COMMON}, common/arg.h) holds LLAMA_EXAMPLE_SERVER or LLAMA_EXAMPLE_COMMON
+    and whose set_excludes does not hold LLAMA_EXAMPLE_SERVER (the add_opt filter), outside `if (ex == ...)` blocks
+    that do not apply to the server, less the options whose handler only calls arg_removed() (they fail at parse:
+    "the argument has been removed"). Raises ValueError when the function, its add_opt filter or a condition on
+    `ex` has a form this reader does not know."""
+    masked = _mask(arg_cpp)
+    m = re.search(r"^common_params_context\s+common_params_parser_init\s*\(", masked, re.M)
+    if not m:
+        raise ValueError(f"{ARG_CPP}: no common_params_parser_init")
+    start = masked.find("{", _close(masked, m.end() - 1, "(", ")"))
+    end = _close(masked, start, "{", "}")
+    body = masked[start:end]
+    filt = re.search(r"auto\s+add_opt\s*=\s*\[&\]\s*\(\s*common_arg\s+arg\s*\)\s*\{(.*?)\n    \};", body, re.S)
+    if not filt or "arg.in_example(LLAMA_EXAMPLE_COMMON)" not in filt.group(1) or "!arg.is_exclude(ex)" not in \
+            filt.group(1):
+        raise ValueError(f"{ARG_CPP}: add_opt's example filter has an unknown form")
+    skipped: list[tuple[int, int]] = []  # spans of blocks that do not run for the server
+    for c in re.finditer(r"\bif\s*\(([^(){};]*\bex\b[^(){};]*)\)\s*\{", body):
+        cond = re.fullmatch(r"\s*ex\s*(==|!=)\s*(LLAMA_EXAMPLE_\w+)\s*", c.group(1))
+        if not cond:
+            raise ValueError(f"{ARG_CPP}: unknown condition on the example: {c.group(1).strip()}")
+        runs = (cond.group(2) == "LLAMA_EXAMPLE_SERVER") == (cond.group(1) == "==")
+        close = _close(body, c.end() - 1, "{", "}")
+        if not runs:
+            skipped.append((c.end(), close))
+        if (e := re.match(r"\s*else\s*\{", body[close:])) and runs:
+            skipped.append((close + e.end(), _close(body, close + e.end() - 1, "{", "}")))
+    flags: set[str] = set()
+    for a in re.finditer(r"\badd_opt\s*\(\s*common_arg\s*\(", body):
+        if any(lo <= a.start() < hi for lo, hi in skipped):
+            continue
+        arg_open = a.end() - 1
+        arg_close = _close(body, arg_open, "(", ")")
+        opt_close = _close(body, body.index("(", a.start()), "(", ")")
+        names: list[str] = []
+        for lo, hi in _top_level_parts(body, arg_open + 1, arg_close - 1)[:2]:  # args, then args_neg if a list
+            text = arg_cpp[start + lo:start + hi].strip()
+            if not text.startswith("{"):
+                break
+            names += re.findall(r'"([^"]+)"', text)
+
+        def examples(method: str) -> set[str] | None:
+            found = re.search(rf"\.{method}\s*\(\s*\{{([^}}]*)\}}", body[arg_close:opt_close])
+            return None if found is None else set(re.findall(r"LLAMA_EXAMPLE_\w+", found.group(1)))
+
+        if "arg_removed(" in body[arg_open:arg_close]:
+            continue
+        kept = examples("set_examples") or {"LLAMA_EXAMPLE_COMMON"}
+        if kept & {"LLAMA_EXAMPLE_SERVER", "LLAMA_EXAMPLE_COMMON"} and \
+                "LLAMA_EXAMPLE_SERVER" not in (examples("set_excludes") or set()):
+            flags.update(names)
+    if not flags:
+        raise ValueError(f"{ARG_CPP}: no server options found")
+    return frozenset(flags)
+
+
 def cuda_graphs_min_cc(cuda_cu: str, common_cuh: str) -> tuple[int, int] | None:
     """ggml-cuda.cu: the GGML_CUDA_CC_* constant in the `cc < GGML_CUDA_CC_X` test that sets
     disable_due_to_gpu_arch, as (major, minor) from its #define in common.cuh; None when not found."""
@@ -275,6 +352,7 @@ def facts(files: Mapping[str, str]) -> TreeFacts:
         flash_attn_style=flash_attn_style(files[ARG_CPP]),
         cuda_graphs_min_cc=cuda_graphs_min_cc(files[CUDA_CU], files[COMMON_CUH]),
         fa_quants_options=fa_quants_options(files[CMAKE_GGML]),
+        server_flags=server_flags(files[ARG_CPP]),
     )
 
 

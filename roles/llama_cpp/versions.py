@@ -27,6 +27,8 @@ class Source:
     architectures: frozenset[str] | None = None
     #: the tree's flash-attention form (roles/llama_cpp/attention.py RULES key); None: unknown form or not read
     fa_form: str | None = None
+    #: every llama-server flag spelling the tree accepts (common/arg.cpp); None: not known
+    server_flags: frozenset[str] | None = None
 
 
 def pin_file(ref: str) -> Path:
@@ -44,7 +46,8 @@ def source_of(data: dict) -> Source:
     """The Source of a pin's data (load_pin). Raises KeyError for a missing field."""
     return Source(ref=data["ref"], url=data["url"], sha256=data["sha256"], subdir=data["subdir"],
                   flash_attn_style=data["flash_attn_style"], architectures=frozenset(data["architectures"]),
-                  fa_form=data["fa_form"])
+                  fa_form=data["fa_form"],
+                  server_flags=frozenset(data["server_flags"]) if data.get("server_flags") else None)
 
 
 #: The known pins by ref, from files/llama_cpp/*.json (tools/llama_cpp_pin.py). Old pins stay here.

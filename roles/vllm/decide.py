@@ -22,6 +22,7 @@ from roles.nvidia_driver.facts import GpuInfo
 from roles.ray.decide import RayPlan
 from roles.settings import Settings, VllmInstance, problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
+from roles.vllm.flags import extra_args_problems, known_flags, typed_args, typed_problems
 from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, QUANT_MIN_CAPABILITY, SOFTCAP_MIN_CAPABILITY,
                                  TORCH_SM70, UV_VERSION, VLLM_RELEASES, VllmRelease)
 
@@ -365,6 +366,8 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
                                  "answer anyone on the network", "listen on 127.0.0.1 behind a proxy that "
                                  "authenticates, or set api_key_file and expose_to_network: true")
     api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
+    known = known_flags(rel.version)
+    more += extra_args_problems(f"{key}.extra_args", inst.extra_args, known) + typed_problems(key, inst, known)
     model_path, files_, config, hf, more2 = _model(key, inst, name, settings.base_service_home, host_model)
     problems += more + more2
     mplan = None
@@ -460,6 +463,7 @@ def server_args(inst: Instance, cluster: RayPlan | None = None) -> str:
     if cluster is not None:
         args += ["--pipeline-parallel-size", str(cluster.pipeline_parallel_size),
                  "--distributed-executor-backend", "ray"]
+    args += typed_args(s) + list(s.extra_args)
     return " ".join(shlex.quote(a) for a in args)
 
 

@@ -39,6 +39,10 @@ BARE_METAL = {
     "dpkg -l": ["ii  linux-image-generic  6.8.0.45.45  amd64  Generic Linux kernel image"],
     "--showformat='${db:Status-Abbrev}|": ["ii |linux-image-generic|linux-image-6.8.0-45-generic, linux-firmware"],
     "uname -s": ["Linux"],
+    # pyinfra's Cpus and Memory facts (the llama.cpp build's compile jobs): 16 CPUs, 64 GiB. Memory's command runs
+    # behind `command -v vmstat`, so its answer must come before that one
+    "getconf NPROCESSORS_ONLN": ["16"],
+    "vmstat -s": [f"{64 << 20} K total memory", "0 K used memory"],
     "command -v": ["/usr/bin/found"],  # every tool the operations look for is installed
     "sysctl ": ["vm.swappiness = 60", "vm.nr_hugepages = 0", "vm.max_map_count = 65530", "net.core.somaxconn = 4096"],
 }

@@ -72,7 +72,9 @@ def test_a_level_summarises_ttft_itl_decode_and_aggregate():
     assert lv.ttft_p50_ms == pytest.approx(100)
     assert lv.itl_p50_ms == pytest.approx(100)
     assert lv.decode_tps_per_stream == pytest.approx(10)  # 2 tokens after the first in 0.2 s
-    assert lv.aggregate_tps == pytest.approx(6 / 1.3)  # 6 tokens from the first send (0) to the last token (1.3)
+    assert lv.aggregate_e2e_tps == pytest.approx(6 / 1.3)  # 6 tokens from the first send (0) to the last token (1.3)
+    # decode spans [0.1, 0.3] and [1.1, 1.3], apart: 2 + 2 tokens after the first over 0.2 + 0.2 s
+    assert lv.aggregate_decode_tps == pytest.approx(4 / 0.4)
     assert lv.prompt_tokens == 20
 
 
@@ -135,16 +137,23 @@ def server():
 
 
 def test_the_load_is_bounded_in_requests_and_sends_fixed_requests_with_the_key(server, capsys):
-    load = Load(prompt_words=12, output_tokens=4, concurrency=(1, 4, 8), requests_per_level=8, warmup_requests=1)
+    load = Load(depths=(12,), output_tokens=4, concurrency=(1, 4, 8), requests_per_level=8, warmup_requests=1)
     assert load.max_requests == 1 + 3 * 8
     levels, samples = loadgen.measure(server.url, "sekrit-key-123", "tiny", load)
     assert len(server.requests) == load.max_requests  # warm-up + 8 per level, never more
     assert [lv.concurrency for lv in levels] == [1, 4, 8] and all(lv.requests == 8 for lv in levels)
-    assert all(lv.failed == 0 and lv.aggregate_tps > 0 and lv.ttft_p50_ms > 0 for lv in levels)
+    assert all(lv.failed == 0 and lv.aggregate_e2e_tps > 0 and lv.ttft_p50_ms > 0 for lv in levels)
+    assert all(lv.depth == 12 and lv.prompt_tokens == 17 for lv in levels)  # the server's count is reported
     assert all(s.completion_tokens == 4 and s.prompt_tokens == 17 for s in samples)
     first = server.requests[0]
-    assert all(r == first for r in server.requests)  # same prompt, length and seed every time
+    same = lambda r: {k: v for k, v in r.items() if k != "prompt"}  # noqa: E731
+    assert all(same(r) == same(first) for r in server.requests)  # same length, seed and sampling every time
     assert (first["max_tokens"], first["seed"], first["ignore_eos"], first["stream"]) == (4, load.seed, True, True)
+    prompts = [r["prompt"] for r in server.requests]
+    assert all(len(p.split()) == 12 for p in prompts)  # 12 words: about 12 tokens
+    # unique at their start: the first four words ("request N of run") already differ, so llama-server's slot
+    # cache shares at most that prefix with any earlier prompt
+    assert len({" ".join(p.split()[:3]) for p in prompts}) == len(prompts)
     assert set(server.auth) == {"Bearer sekrit-key-123"}
     out = capsys.readouterr()
     assert "sekrit" not in out.out + out.err
@@ -171,9 +180,10 @@ def test_a_request_is_cut_at_its_timeout():
         slow.close()
 
 
-def test_load_bounds_refuse_more_streams_than_requests():
-    with pytest.raises(ValueError, match="bound"):
-        Load(concurrency=(1, 32), requests_per_level=16)
+def test_more_streams_than_requests_send_one_per_stream_and_the_bound_counts_them():
+    load = Load(concurrency=(1, 16, 32), requests_per_level=16)
+    assert [load.requests_at(c) for c in load.concurrency] == [16, 16, 32]
+    assert load.max_requests == 1 + 16 + 16 + 32
 
 
 # -- residency --------------------------------------------------------------------------------------------------
@@ -207,9 +217,10 @@ def _measured() -> InstanceBench:
     i = InstanceBench("gpu-01", "llama-server@gemma", "llama.cpp", url="http://127.0.0.1:8080", running=True,
                       on_gpu=True, residency="offloaded 33/33 layers", vram_mib=5600, planned_vram_mib=5500,
                       levels=[level(c, [a]) for c in (1, 4, 8)],
-                      roofline={"gpu": "Tesla V100-SXM2-32GB", "table_row": "V100", "bandwidth_gb_s": 900.0,
-                                "source": "datasheet", "context_tokens": 300, "bytes_per_token": 5e9,
-                                "ceiling_tps": 180.0, "fraction": 0.5})
+                      rooflines=[{"depth": 0, "gpu": "Tesla V100-SXM2-32GB", "table_row": "V100",
+                                  "bandwidth_gb_s": 900.0, "source": "datasheet", "context_tokens": 300,
+                                  "bytes_per_token": 5e9, "ceiling_tps": 180.0, "measured_tps": 90.0,
+                                  "fraction": 0.5}])
     return i
 
 
@@ -222,7 +233,9 @@ def test_json_has_the_figures_of_every_instance_and_the_load_bounds():
                 "levels", "decode_tps", "roofline", "degenerate", "flags", "sweep", "sweep_ratios"):
         assert key in first
     assert first["vram_ratio"] == pytest.approx(5600 / 5500) and first["decode_tps"] == pytest.approx(100)
-    assert {"concurrency", "ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", "aggregate_tps"} <= set(first["levels"][0])
+    assert {"concurrency", "depth", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms",
+            "aggregate_e2e_tps", "aggregate_decode_tps", "peak_vram_mib", "peak_vram_note"} <= set(first["levels"][0])
+    assert first["roofline"]["fraction"] == 0.5
     assert doc["hosts"]["gpu-01"][1]["on_gpu"] is False and doc["hosts"]["gpu-02"] == "cannot connect"
 
 
@@ -233,9 +246,12 @@ def test_markdown_report_has_one_table_row_per_instance_and_the_plot():
     head = next(n for n, line in enumerate(lines) if line.startswith("| instance |"))
     assert lines[head + 1].startswith("| --- | --- | ---:")
     assert lines[head + 2].startswith("| llama-server@gemma | GPU | 5600 | 1.02 |")
-    assert lines[head + 3].startswith("| vllm@qwen | NOT RUNNING |")
-    assert lines[head].count("|") == lines[head + 2].count("|")
-    assert "![aggregate tokens/s (y) against concurrency (x)](gpu-01.png)" in md
+    # one row per level: depth 0 at concurrency 1, 4, 8 (the instance's own columns on its first row only)
+    assert [line.split(" | ")[4:6] for line in lines[head + 2:head + 5]] == [["0", "1"], ["0", "4"], ["0", "8"]]
+    assert lines[head + 3].startswith("| llama-server@gemma |  |  |  | 0 | 4 |")
+    assert lines[head + 5].startswith("| vllm@qwen | NOT RUNNING |")
+    assert all(lines[head].count("|") == lines[head + k].count("|") for k in range(1, 6))
+    assert "![aggregate decode tokens/s (y) against concurrency (x)](gpu-01.png)" in md
     assert "blue llama-server@gemma" in md and "FLAG: vllm@qwen is not running" in md
     text = table({"gpu-01": [_measured(), cpu]}, (1, 4, 8))
     assert "NOT RUNNING" in text and "llama-server@gemma" in text
@@ -283,7 +299,7 @@ ALTS = [("default", ["a"]), ("x", ["b"]), ("y", ["c"])]
 
 def test_the_sweep_says_it_stops_the_service_and_always_starts_it_again():
     c, said = FakeControl(fail_start={"b"}), []
-    runs = sweep.run(c, ALTS, lambda h: {"decode_tps": 1.0}, said.append)
+    runs = sweep.run(c, ALTS, lambda h: {"figures": [], "peak_vram_mib": 1.0}, said.append)
     assert c.calls == ["stop_service", "start a", "stop a", "start b", "start c", "stop c", "start_service"]
     assert "stopping the service" in said[0] and [r["error"] != "" for r in runs] == [False, True, False]
 
@@ -294,7 +310,7 @@ def test_ctrl_c_in_the_middle_of_the_sweep_still_starts_the_service():
     def measure(handle):
         if handle == "b":
             raise KeyboardInterrupt
-        return {}
+        return {"figures": []}
 
     with pytest.raises(KeyboardInterrupt):
         sweep.run(c, ALTS, measure, lambda line: None)
@@ -304,27 +320,8 @@ def test_ctrl_c_in_the_middle_of_the_sweep_still_starts_the_service():
 def test_a_failed_stop_still_starts_the_service():
     c = FakeControl(fail_stop_service=True)
     with pytest.raises(RuntimeError):
-        sweep.run(c, ALTS, lambda h: {}, lambda line: None)
+        sweep.run(c, ALTS, lambda h: {"figures": []}, lambda line: None)
     assert c.calls == ["stop_service", "start_service"]
-
-
-def test_sweep_alternatives_change_one_thing_and_drop_the_default_twins():
-    default = "-m /m.gguf --host 127.0.0.1 --port 8080 -ngl 99 -c 8192 -ctk q8_0 -ctv q8_0 -np 1 -fa on -lv 4"
-    alts = dict(sweep.alternatives(default, "value"))
-    assert list(alts) == ["default", "-ctk f16 -ctv f16 -fa on", "-ctk f16 -ctv f16 -fa off", "-ub 256", "-ub 1024",
-                          "-np 4"]  # q8_0 with -fa on and -np 1 are the default itself
-    off = alts["-ctk f16 -ctv f16 -fa off"]
-    assert off[off.index("-fa") + 1] == "off" and off[off.index("-ctv") + 1] == "f16" and off[-2:] == ["-lv", "4"]
-    assert alts["-ub 256"][-2:] == ["-ub", "256"] and alts["-np 4"][alts["-np 4"].index("-np") + 1] == "4"
-    bare = dict(sweep.alternatives("-m /m.gguf -ctk q8_0 -ctv q8_0 -fa", "flag"))
-    assert "-fa" not in bare["-ctk f16 -ctv f16 -fa off"] and bare["-ctk f16 -ctv f16 -fa on"].count("-fa") == 1
-
-
-def test_sweep_ratios_are_the_default_share_of_the_best():
-    runs = [{"figures": {"ttft_p50_ms": 100.0, "decode_tps": 50.0, "aggregate_tps": 200.0}},
-            {"figures": {"ttft_p50_ms": 80.0, "decode_tps": 55.0, "aggregate_tps": 180.0}},
-            {"figures": None, "error": "no /health"}]
-    assert sweep.ratios(runs) == pytest.approx({"ttft_p50_ms": 0.8, "decode_tps": 50 / 55, "aggregate_tps": 1.0})
 
 
 # -- one instance through the command's path, with a fake host -----------------------------------------------------
@@ -332,10 +329,16 @@ def test_sweep_ratios_are_the_default_share_of_the_best():
 class FakeHost:
     """What bench_instance asks of a pyinfra host: name, data, connector, get_fact."""
 
-    def __init__(self, evidence: dict, gpus: list):
+    def __init__(self, evidence: dict, gpus: list, smi: str = "#no-nvidia-smi\n"):
         self.name, self.data = "gpu-01", {"ssh_hostname": "127.0.0.1"}
         self.connector = object()
-        self.evidence, self.gpus = evidence, gpus
+        self.evidence, self.gpus, self.smi = evidence, gpus, smi
+        self.commands: list[str] = []
+
+    def run_shell_command(self, command, _sudo=False):  # the peak-VRAM sampler's nvidia-smi query (vram.QUERY)
+        from types import SimpleNamespace
+        self.commands.append(str(command))
+        return True, SimpleNamespace(stdout=self.smi, stderr="")
 
     def get_fact(self, fact, **kwargs):
         return self.evidence if fact.__name__ == "InstanceEvidence" else self.gpus
@@ -352,10 +355,10 @@ def test_a_cpu_served_instance_is_flagged_and_still_timed(server):
     port = int(server.url.rsplit(":", 1)[1])
     host = FakeHost({"main_pid": 7, "pids": [7], "compute_apps": [], "alive": [],
                      "log": ["ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected"]}, [])
-    load = Load(prompt_words=8, output_tokens=4, requests_per_level=8)
+    load = Load(depths=(8,), output_tokens=4, requests_per_level=8)
     i = bench_instance(host, None, "llama.cpp", _llama_instance(port), True, load, False)
     assert i.running and i.on_gpu is False and any("not on the GPU" in f for f in i.flags)
-    assert i.at(1).ttft_p50_ms > 0 and i.decode_tps > 0 and all(i.at(c).aggregate_tps > 0 for c in (1, 4, 8))
+    assert i.at(1).ttft_p50_ms > 0 and i.decode_tps > 0 and all(i.at(c).aggregate_e2e_tps > 0 for c in (1, 4, 8))
     assert i.roofline is None  # no plan and no GPU: no roofline, not a made-up one
     assert set(server.auth) == {"Bearer k3y"}
 
@@ -369,7 +372,7 @@ def test_an_instance_on_a_known_gpu_gets_its_roofline_and_vram_ratio(server):
                     [{"index": 0, "name": "NVIDIA H200"}])
     memory = SimpleNamespace(weight_bytes=4_920_000_000, n_gpus=1, kv_bytes_per_token=131072,
                              total_bytes=5600 * (1 << 20))
-    load = Load(prompt_words=8, output_tokens=4, requests_per_level=8)
+    load = Load(depths=(8,), output_tokens=4, requests_per_level=8)
     i = bench_instance(host, None, "llama.cpp", _llama_instance(port, memory), True, load, False)
     assert i.on_gpu and not i.flags and i.vram_ratio == pytest.approx(1.0)
     r = i.roofline
@@ -386,7 +389,7 @@ def test_a_server_that_streams_one_repeated_token_is_flagged():
         host = FakeHost({"main_pid": 7, "pids": [7], "compute_apps": ["7, 5600"], "alive": [7],
                          "log": ["load_tensors: offloaded 33/33 layers to GPU"]}, [{"index": 0, "name": "NVIDIA H200"}])
         i = bench_instance(host, None, "llama.cpp", _llama_instance(port), True,
-                           Load(prompt_words=8, output_tokens=6, requests_per_level=8), False)
+                           Load(depths=(8,), output_tokens=6, requests_per_level=8), False)
         assert i.on_gpu and "one character repeated" in i.degenerate
         assert any(f.startswith("degenerate output") for f in i.flags)
     finally:

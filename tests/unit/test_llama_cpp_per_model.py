@@ -17,7 +17,9 @@ import pytest
 
 from lab.models import write_llama
 from roles.cuda.versions import Toolkit
+from roles.llama_cpp.choices import kv_candidates
 from roles.llama_cpp.decide import plan, server_args
+from roles.llama_cpp.versions import SOURCES
 from roles.settings import SettingsError, load_settings
 from tests.plan.harness import DEBIAN_13, plan_commands
 
@@ -44,22 +46,29 @@ def decide(tmp_path, head: int, data: dict | None = None, inst: dict | None = No
     return plan(settings, [CUDA_124], [], lambda p: True)
 
 
-@pytest.mark.parametrize("head, want", [(64, "f16"), (128, "q8_0"), (256, "f16")])
-def test_default_kv_cache_keeps_attention_on_the_gpu(tmp_path, head, want):
+@pytest.mark.parametrize("head, quantized_on_gpu", [(64, False), (128, True), (256, False)])
+def test_default_kv_cache_keeps_attention_on_the_gpu(tmp_path, head, quantized_on_gpu):
+    """f16 where it fits (these tiny models: always); q8_0 is a candidate for a tighter fit only at the head size
+    where issue 18 measured it on the GPU (128 in the 0.3.16 tree)."""
     p, problems = decide(tmp_path, head)
     assert p.source.ref == "pypi-0.3.16"
     assert not problems
     inst = p.instances[0]
     args = server_args(inst, p.source.flash_attn_style)
-    assert f"-ctk {want} -ctv {want}" in args and " -fa" in args  # flash attention on the GPU at all three
-    assert f"head size {head}" in inst.kv.why and inst.memory.reasons[0].startswith(f"KV cache {want}/{want}")
+    assert "-ctk f16 -ctv f16" in args and " -fa" in args  # flash attention on the GPU at all three
+    assert f"head size {head}" in inst.kv.why and inst.memory.reasons[0].startswith("KV cache f16/f16")
+    settings = load_settings("box", {"llama_cpp_instances": {"m": {"model_source": "/m.gguf",
+                                                                    "model_sha256": "0" * 64}}, **OLD})
+    kvs, _ = kv_candidates("k", settings.llama_cpp_instances["m"], head, head, SOURCES["pypi-0.3.16"].fa_form,
+                           (7, 0), False)
+    assert [k.cache_type_k for k in kvs] == (["f16", "q8_0"] if quantized_on_gpu else ["f16"])
 
 
 def test_planner_sizes_the_kv_cache_with_the_types_really_used(tmp_path):
     # head 64, 2 layers, 2 KV heads: K and V rows of 2 x 64 elements per layer and token, f16 = 2 bytes
     p, _ = decide(tmp_path, 64)
     assert p.instances[0].memory.kv_bytes_per_token == 2 * 2 * (2 * 64) * 2
-    p, _ = decide(tmp_path, 128)  # q8_0: 34 bytes per 32 elements (ggml block_q8_0)
+    p, _ = decide(tmp_path, 128, inst={"cache_type_k": "q8_0", "cache_type_v": "q8_0"})  # 34 bytes per 32 elements
     assert p.instances[0].memory.kv_bytes_per_token == 2 * 2 * (2 * 128) * 34 // 32
 
 
@@ -103,7 +112,8 @@ def test_architecture_the_pinned_tree_cannot_load_is_refused_with_a_newer_ref(tm
 @pytest.mark.parametrize("head", [64, 128, 256])
 def test_current_default_tree_keeps_a_q8_0_cache_on_the_gpu_at_every_measured_head_size(tmp_path, head):
     # issue 18's table for the current tree: q8_0 KV with -fa ran at GPU speed at head sizes 64, 128 and 256
-    p, problems = decide(tmp_path, head, data={"llama_cpp_ref": "pypi-0.3.36"})
+    p, problems = decide(tmp_path, head, data={"llama_cpp_ref": "pypi-0.3.36"},
+                         inst={"cache_type_k": "q8_0", "cache_type_v": "q8_0"})
     assert not problems and p.source.ref == "pypi-0.3.36"
     args = server_args(p.instances[0], p.source.flash_attn_style)
     assert "-ctk q8_0 -ctv q8_0" in args and "-fa on" in args
@@ -125,7 +135,7 @@ def test_context_beyond_training_needs_rope_scaling_or_an_allow(tmp_path):
     assert not problems
     args = server_args(p.instances[0], p.source.flash_attn_style)
     assert "--rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 4096" in args
-    _, problems = decide(tmp_path, 64, inst={"context": 8192, "parallel": 2}, model_kw=kw)  # 4096 per slot
+    _, problems = decide(tmp_path, 64, inst={"context": 4096, "parallel": 2}, model_kw=kw)  # per request
     assert not problems
 
 

@@ -59,7 +59,11 @@ def test_every_flag_is_one_llama_server_declares_with_the_settings_value(version
     assert set(args) <= flags, f"not llama-server {version} flags: {set(args) - flags}"
     s = i.settings
     assert args["-m"] == i.model_path and args["--host"] == s.listen and args["--port"] == str(s.port)
-    assert args["-ngl"] == str(s.n_gpu_layers) and args["-c"] == str(s.context) and args["-np"] == str(s.parallel)
+    # without a serving choice (the model not read before the deploy): the settings as given, else llama-server's
+    # own automatic 4 slots in the former default pool of 8192 tokens; -c is the pool of all slots together
+    slots, per_request = (s.parallel, s.context) if s.context else (4, 2048)
+    assert args["-ngl"] == str(s.n_gpu_layers) and args["-c"] == str(slots * per_request)
+    assert args["-np"] == str(slots)
     assert (args["-ctk"], args["-ctv"]) == (s.cache_type_k or "f16", s.cache_type_v or "f16")  # llama.cpp's default
     assert args["-lv"] == "4"
     assert ("--metrics" in args) == s.metrics

@@ -5,7 +5,12 @@
 # Steps: the toolkit's packages for the device's python3; the pinned default tree built for the GPU's architecture
 # (CUDA 13 cannot build sm_70); the model (tools/gpu/memory/mkmodel.py 8b, then llama-quantize Q4_K_M) while it
 # builds; the instance set up from the deploy's own preflight (instance.py), started through a systemctl stand-in
-# (no systemd there); then `v100kit bench --json --report --sweep` against a localhost inventory. Into $OUT:
+# (no systemd there); then `v100kit bench --json --report --sweep $BENCH_ARGS` against a localhost inventory.
+# The load comes from the environment: BENCH_ARGS is passed to the bench as it is (word-split), e.g.
+#   BENCH_ARGS="--depths 0,16384 --concurrency 1,8,16 --requests 16" bash tools/gpu/bench/go.sh
+# CONTEXT / PARALLEL set the instance's context and parallel settings (unset: the toolkit's defaults, which size
+# the slots and context from the GPU); MODEL=8b (default) or 1b (Llama-3.2-1B's shape, head size 64).
+# The build runs each nvcc through tools/gpu/bench/rss.py: nvcc-rss.tsv has each object's peak RSS and seconds. A bad BENCH_ARGS is refused before any request. Into $OUT:
 # bench.json, report/_local.md, report/_local.png, progress.log, logs.tar.xz. State in /tmp: a second call on the
 # same machine reuses the build and the model. About 6-7 minutes on 16 cores (build ~4, quantize ~1, bench+sweep ~1.5).
 T0=$(date +%s)
@@ -18,40 +23,45 @@ st "start: $(nvidia-smi -L | head -1); $(python3 -V); $(. /etc/os-release; echo 
 python3 -c 'import pyinfra, pydantic, paramiko, gguf' 2>>$R/progress.log || { st "packages missing: run tools/gpu/bench/prepare.sh on the control machine"; exit 1; }
 SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d . )
 
-( [ -f $M/8b-f16.gguf ] || [ -f $M/8b-q4km.gguf ] || python3 tools/gpu/memory/mkmodel.py 8b $M/8b-f16.gguf ) > $R/mk8b.log 2>&1 &
+MODEL=${MODEL:-8b}
+( [ -f $M/$MODEL-f16.gguf ] || [ -f $M/$MODEL-q4km.gguf ] || python3 tools/gpu/memory/mkmodel.py $MODEL $M/$MODEL-f16.gguf ) > $R/mk$MODEL.log 2>&1 &
 PM=$!
 if [ ! -x $SRC/build/bin/llama-server ]; then
   [ -d $SRC ] || { mkdir -p /tmp/l36 && tar xJf $G/llama.cpp-0.3.36.tar.xz -C /tmp/l36; }
   # roles/llama_cpp/decide.py cmake_args, for this GPU's architecture, with this toolkit's own nvcc and host compiler
   cmake -S $SRC -B $SRC/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$SM \
     -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_CCACHE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
-    -DLLAMA_USE_PREBUILT_UI=OFF > $R/cmake.log 2>&1
-  s=$(date +%s); ninja -C $SRC/build llama-server llama-quantize > $R/build.log 2>&1
+    -DLLAMA_USE_PREBUILT_UI=OFF -DCMAKE_CUDA_COMPILER_LAUNCHER=$PWD/tools/gpu/bench/rss.py > $R/cmake.log 2>&1
+  s=$(date +%s); RSS_LOG=$OUT/nvcc-rss.tsv ninja -C $SRC/build llama-server llama-quantize > $R/build.log 2>&1
   echo "ninja rc=$? after $(( $(date +%s)-s ))s" >> $R/build.log
 fi
 st "build sm_$SM: $(tail -1 $R/build.log)"
 mkdir -p /opt/llama.cpp && ln -sfn $SRC/build /opt/llama.cpp/current  # current/bin/llama-server, as the unit runs it
-wait $PM; st "model f16: $(tail -1 $R/mk8b.log)"
-if [ ! -f $M/8b-q4km.gguf ]; then
-  $SRC/build/bin/llama-quantize $M/8b-f16.gguf $M/8b-q4km.tmp Q4_K_M $(nproc) > $R/quant.log 2>&1 \
-    && mv $M/8b-q4km.tmp $M/8b-q4km.gguf && rm -f $M/8b-f16.gguf
+wait $PM; st "model f16: $(tail -1 $R/mk$MODEL.log)"
+if [ ! -f $M/$MODEL-q4km.gguf ]; then
+  $SRC/build/bin/llama-quantize $M/$MODEL-f16.gguf $M/$MODEL-q4km.tmp Q4_K_M $(nproc) > $R/quant.log 2>&1 \
+    && mv $M/$MODEL-q4km.tmp $M/$MODEL-q4km.gguf && rm -f $M/$MODEL-f16.gguf
   st "quantize: $(grep -E 'quant size|total time' $R/quant.log | tr -s ' ' | tr '\n' ' ')"
 fi
-chmod 755 $M; chmod 644 $M/8b-q4km.gguf
+chmod 755 $M; chmod 644 $M/$MODEL-q4km.gguf
+# BUILD_ONLY=1: stop after the build and the model (a later call benches them: one call stays under 10 minutes)
+[ -n "${BUILD_ONLY:-}" ] && { cp $R/progress.log $OUT/; st "built; model $(du -h $M/$MODEL-q4km.gguf | cut -f1)"; exit 0; }
 
-python3 tools/gpu/bench/instance.py $M/8b-q4km.gguf $R > $R/plan.txt 2>&1 || { cat $R/plan.txt; st "instance setup failed"; exit 1; }
+python3 tools/gpu/bench/instance.py $M/$MODEL-q4km.gguf $R > $R/plan.txt 2>&1 || { cat $R/plan.txt; st "instance setup failed"; exit 1; }
 st "plan and rendered arguments:"; cat $R/plan.txt | tee -a $R/progress.log
 [ -d /run/systemd/system ] || install -m 755 tools/gpu/bench/systemctl /usr/local/bin/systemctl
 systemctl start llama-server@bench
 python3 -c "from v100kit.loadgen import wait_healthy; print('healthy' if wait_healthy('http://127.0.0.1:8080', None, 60) else 'NOT healthy')" > $R/health.txt
 st "llama-server@bench: $(cat $R/health.txt); $(grep -m1 -o 'offloaded [0-9/]* layers to GPU' /var/log/llama-server@bench.log)"
 
-python3 -m v100kit.cli bench $R/inventory.py --json --report $OUT/report --sweep > $OUT/bench.json 2> $R/bench.err
+st "bench args: --json --report $OUT/report --sweep ${BENCH_ARGS:-(the defaults)}"
+# shellcheck disable=SC2086  # BENCH_ARGS is word-split on purpose: several options
+python3 -m v100kit.cli bench $R/inventory.py --json --report $OUT/report --sweep ${BENCH_ARGS:-} > $OUT/bench.json 2> $R/bench.err
 rc=$?
-st "bench rc=$rc ($(grep -c . $R/bench.err) progress lines)"
+st "bench rc=$rc ($(grep -c . $R/bench.err) progress lines): $(grep -m2 'at most' $R/bench.err | tr '\n' ' ')"
+[ $rc = 2 ] && tail -n 3 $R/bench.err | tee -a $R/progress.log
 python3 - $OUT/bench.json <<'PY' 2>&1 | tee -a $R/progress.log
 import json, sys
-from roles.bench.figures import Load
 from roles.bench.report import InstanceBench, table
 from roles.bench.figures import Level
 doc = json.load(open(sys.argv[1]))
@@ -60,12 +70,12 @@ for host, rows in doc["hosts"].items():
         print(host, rows); continue
     for r in rows:
         r["levels"] = [Level(**{**lv, "errors": tuple(lv["errors"])}) for lv in r["levels"]]
-        for k in ("vram_ratio", "decode_tps"):
+        for k in ("vram_ratio", "decode_tps", "roofline", "peak_vram_mib"):  # as_dict's derived figures
             r.pop(k, None)
-    print(table({host: [InstanceBench(**r) for r in rows]}, tuple(doc["load"]["concurrency"])))
+    print(table({host: [InstanceBench(**r) for r in rows]}))
 PY
 systemctl stop llama-server@bench
 cp $R/progress.log $OUT/
-tar cJf $OUT/logs.tar.xz -C / tmp/bench/cmake.log tmp/bench/build.log tmp/bench/quant.log tmp/bench/mk8b.log \
+tar cJf $OUT/logs.tar.xz -C / tmp/bench/cmake.log tmp/bench/build.log tmp/bench/quant.log tmp/bench/mk$MODEL.log \
   tmp/bench/plan.txt tmp/bench/bench.err var/log/llama-server@bench.log $(cd / && ls tmp/v100kit-sweep-*.log 2>/dev/null) 2>/dev/null
 st "done"

@@ -2,7 +2,8 @@
 without systemd: a localhost inventory (pyinfra's @local), the API key file, the service user, the model at the
 planned path, and the role's rendered EnvironmentFile and key file (roles/llama_cpp/decide.py environment, ops.py
 instance_config's format), from the same preflight the deploy runs. Prints the plan.
-usage: [DRY=1] instance.py MODEL.gguf STATE_DIR (DRY: print the plan, change nothing)"""
+usage: [DRY=1] [CONTEXT=N] [PARALLEL=N] instance.py MODEL.gguf STATE_DIR (DRY: print the plan, change nothing;
+CONTEXT / PARALLEL: the instance's context and parallel settings; unset: the toolkit's defaults)"""
 
 import hashlib
 import os
@@ -25,7 +26,8 @@ with model.open("rb") as f:
 gpu = [("@local", {{
     "llama_cpp_instances": {{"bench": {{
         "model_source": "{model}", "model_sha256": "{h.hexdigest()}",
-        "port": 8080, "context": 8192, "parallel": 1, "api_key_file": "{key}",
+        "port": 8080, "api_key_file": "{key}",{"".join(f' "{k.lower()}": {int(os.environ[k])},'
+                                                 for k in ("CONTEXT", "PARALLEL") if os.environ.get(k))}
     }}}},
 }})]
 ''')

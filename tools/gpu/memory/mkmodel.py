@@ -1,5 +1,5 @@
-"""Write an 8B-shaped llama (F16) or a 1.5B-shaped qwen2 with tied embeddings (F16) GGUF, streamed tensor by tensor.
-usage: mkmodel.py 8b|1.5b OUT.gguf"""
+"""Write an 8B- or 1B-shaped llama (F16) or a 1.5B-shaped qwen2 with tied embeddings (F16) GGUF, streamed tensor by tensor.
+usage: mkmodel.py 8b|1b|1.5b OUT.gguf"""
 import sys, time
 from pathlib import Path
 import numpy as np
@@ -8,6 +8,9 @@ import gguf
 SHAPES = {
     "8b": dict(arch="llama", n_layer=32, n_embd=4096, n_ff=14336, n_head=32, n_kv=8, vocab=128256, ctx=131072,
                tied=False, bias=False, rope_base=500000.0),
+    # Llama-3.2-1B's shape: head size 64 (2048 / 32), tied embeddings (issue 26's model of head size 64)
+    "1b": dict(arch="llama", n_layer=16, n_embd=2048, n_ff=8192, n_head=32, n_kv=8, vocab=128256, ctx=131072,
+               tied=True, bias=False, rope_base=500000.0),
     "1.5b": dict(arch="qwen2", n_layer=28, n_embd=1536, n_ff=8960, n_head=12, n_kv=2, vocab=151936, ctx=32768,
                  tied=True, bias=True, rope_base=1000000.0),
 }

@@ -1,0 +1,125 @@
+"""How one llama-server instance serves several clients: its slots (-np), the context each request may use, the KV
+cache pool all slots share (-c) and its type, chosen for throughput within the GPU's memory. Pure: no pyinfra import.
+
+Why these defaults (measured on an H200 with the default pin's tree, an 8B-shaped Q4_K_M model; issue 26's tables):
+with one slot every second client queues (at 8 clients 0.64 of the best aggregate, 6x the TTFT); 8 slots with a
+unified KV cache served 8 clients best; an f16 KV cache decodes 14-32 % faster than q8_0 (llama-bench tg128 at
+depth 0 to 32768). So, where settings leave them unset: SLOT_CANDIDATES, most first; f16 before q8_0; and the
+context of one request as long as the model was trained for, as far as the GPU holds it for every slot at once.
+
+How the pool is laid out (the pinned tree's own code): with a unified cache (-kvu) every slot draws from one pool of
+-c cells (src/llama-context.cpp: n_ctx_seq = n_ctx when kv_unified); `--kv-unified-per-slot N` caps each slot at N
+tokens (tools/server/server-context.cpp n_ctx_slot(), which also caps at the trained context). A request that finds
+the pool full fails every running request ("Context size has been exceeded", server-context.cpp), so the pool is
+always slots x per-request context: every slot can hold a full-length request at the same time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from roles.llama_cpp.choices import KvChoice
+from roles.planner import Plan
+
+#: Slots tried when `parallel` is unset, most first: 8 measured best at 8 clients (issue 26: -np 8 -kvu, 240 tok/s
+#: aggregate and 1,006 ms TTFT p50 against 155 / 5,985 with -np 1); fewer only where 8 do not fit.
+SLOT_CANDIDATES = (8, 4, 2, 1)
+#: The shortest context per request an unset `context` may shrink to before a smaller KV type or fewer slots are
+#: tried, tokens (the toolkit's former default; capped at the model's trained context).
+CONTEXT_FLOOR = 8192
+#: Where the model's header is not readable before the deploy (a URL): llama-server's own automatic slots
+#: (tools/server/server.cpp: "n_parallel is set to auto, using n_parallel = 4 and kv_unified = true") in the pool of
+#: the former default (-c 8192), since nothing can be checked against the GPU's memory.
+UNREAD_SLOTS, UNREAD_POOL = 4, 8192
+#: llama.cpp pads the KV cache to a multiple of 256 cells (src/llama-context.cpp GGML_PAD(n_ctx_seq, 256)).
+PAD = 256
+#: Single-stream decode speed with a q8_0 KV cache over f16, by depth in tokens (H200, default pin's tree,
+#: 8B-shaped Q4_K_M, `llama-bench -fa 1 -n 128 -d D`; issue 26). Said in the plan when q8_0 is chosen.
+Q8_0_DECODE_RATIO = {0: 0.86, 4096: 0.82, 16384: 0.72, 32768: 0.68}
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What one instance runs with: `slots` (-np), `context` tokens one request may use (prompt + output), the
+    pool of slots x context cells (-c), `unified` (-kvu with --kv-unified-per-slot context; False: -c split evenly
+    per slot, the tree's only way without that flag), its KV cache (`kv`) and why, one line each."""
+
+    slots: int
+    context: int
+    unified: bool
+    kv: KvChoice
+    why: tuple[str, ...] = ()
+
+    @property
+    def pool(self) -> int:
+        """-c: KV cache cells of all slots together, tokens."""
+        return self.slots * self.context
+
+
+def _floor(n: int) -> int:
+    return n // PAD * PAD
+
+
+def _q8_cost(kv: KvChoice) -> str:
+    if kv.cache_type_k == "f16" and kv.cache_type_v == "f16":
+        return ""
+    ratios = ", ".join(f"{r:.2f} at depth {d}" for d, r in Q8_0_DECODE_RATIO.items())
+    return f"; a quantized KV cache decodes slower than f16 (q8_0/f16 measured {ratios})"
+
+
+def choose(slots_set: int | None, context_set: int | None, trained: int, candidates: list[KvChoice],
+           plan: Callable[[int, int, KvChoice], Plan], can_unify: bool) -> Serving:
+    """The slots, per-request context and KV cache of one instance whose model header was read.
+
+    slots_set / context_set: the `parallel` and `context` settings (None: chosen here). trained: the model's
+    trained context, tokens (0: not recorded). candidates: the KV cache choices that keep attention on the GPU,
+    preferred first (f16 before q8_0; one element when the types are set). plan(context, slots, kv): the memory
+    planner's verdict for `slots` slots of `context` tokens each. can_unify: the tree has -kvu and
+    --kv-unified-per-slot.
+
+    The first (slots, KV) in SLOT_CANDIDATES x candidates order whose plan fits at the set context, or at
+    min(trained, CONTEXT_FLOOR) when context is unset, wins; an unset context then grows to the longest that fits
+    for every slot (Plan.max_context_that_fits, capped at the trained context), in multiples of 256. When nothing
+    fits, the smallest try (fewest slots, last KV candidate) is returned for the memory planner to refuse or offload
+    with its own reasons. Never raises."""
+    floor = min(trained, CONTEXT_FLOOR) if trained else CONTEXT_FLOOR
+    want = context_set or floor
+    slot_tries = (slots_set,) if slots_set else SLOT_CANDIDATES
+    for slots in slot_tries:
+        for kv in candidates:
+            p = plan(want, slots, kv)
+            if not p.fits:
+                continue
+            context = want
+            if context_set is None:
+                context = max(want, _floor(min(p.max_context_that_fits, trained or want)))
+            return _serving(slots, context, kv, slots_set, context_set, trained, can_unify, candidates)
+    return _serving(slot_tries[-1], want, candidates[-1], slots_set, context_set, trained, can_unify, candidates)
+
+
+def _serving(slots: int, context: int, kv: KvChoice, slots_set: int | None, context_set: int | None, trained: int,
+             can_unify: bool, candidates: list[KvChoice]) -> Serving:
+    unified = slots > 1 and can_unify
+    why = [f"{slots} slot(s)" + (" as set" if slots_set else
+                                 f" (the most of {', '.join(map(str, SLOT_CANDIDATES))} that fit)"),
+           f"{context} tokens per request" + (" as set" if context_set else
+                                              f" (the longest that fits for every slot, up to the trained "
+                                              f"{trained or 'context'})"),
+           f"KV cache pool {slots * context} tokens" + (", unified (-kvu, each slot capped at its share)"
+                                                         if unified else ""),
+           f"KV cache {kv.cache_type_k}/{kv.cache_type_v}"
+           + ("" if len(candidates) == 1 else
+              " (f16 fits)" if kv.cache_type_k == "f16" else " (f16 does not fit)") + _q8_cost(kv)]
+    return Serving(slots, context, unified, kv, tuple(why))
+
+
+def unread(slots_set: int | None, context_set: int | None, kv: KvChoice, can_unify: bool) -> Serving:
+    """The serving of an instance whose model header is not readable before the deploy: the settings as given,
+    else UNREAD_SLOTS slots sharing a pool of UNREAD_POOL tokens."""
+    slots = slots_set or UNREAD_SLOTS
+    context = context_set or max(PAD, _floor(UNREAD_POOL // slots))
+    unified = slots > 1 and can_unify
+    return Serving(slots, context, unified, kv, (
+        f"the model is not readable before the deploy: {slots} slot(s) of {context} tokens"
+        + ("" if context_set else " (set context and parallel for what the GPU holds)"),))

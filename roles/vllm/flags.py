@@ -1,0 +1,110 @@
+"""vLLM flags users set: the typed settings' rendering (typed_args) and the checks of extra_args against the flags
+the toolkit owns (OWNED) and the option strings of the locked release's own parser (files/vllm/<version>.flags.json,
+written by tools/vllm_flags.py from make_arg_parser). Pure: no pyinfra import."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from roles.settings import VllmInstance, problem
+from roles.vllm.versions import LOCK_DIR
+
+#: Every spelling of a flag the toolkit sets itself -> the setting to use instead.
+OWNED: dict[str, str] = {
+    "--model": "model_path / model_source", "--served-model-name": "served_model_name",
+    "--host": "listen", "--port": "port", "--dtype": "dtype",
+    "--gpu-memory-utilization": "gpu_memory_utilization", "--max-model-len": "max_model_len",
+    "--max-num-seqs": "max_num_seqs",
+    **dict.fromkeys(("--tensor-parallel-size", "-tp"), "tensor_parallel_size"),
+    **dict.fromkeys(("--pipeline-parallel-size", "-pp", "--distributed-executor-backend"), "ray_cluster"),
+    "--kv-cache-dtype": "kv_cache_dtype",
+    **dict.fromkeys(("--enforce-eager", "--no-enforce-eager"), "enforce_eager"),
+    "--api-key": "api_key_file",
+    "--config": "the typed settings and extra_args (a config file would bypass their checks)",
+    **dict.fromkeys(("--enable-prefix-caching", "--no-enable-prefix-caching"), "enable_prefix_caching"),
+    **dict.fromkeys(("--enable-chunked-prefill", "--no-enable-chunked-prefill"), "enable_chunked_prefill"),
+    "--max-num-batched-tokens": "max_num_batched_tokens", "--swap-space": "swap_space",
+    "--chat-template": "chat_template", "--tool-call-parser": "tool_call_parser",
+    **dict.fromkeys(("--enable-auto-tool-choice", "--no-enable-auto-tool-choice"), "enable_auto_tool_choice"),
+}
+
+#: A word that is a value, not a flag: it does not start with '-', or is a negative number.
+_VALUE = re.compile(r"^(?:[^-].*|-\d.*|-)$")
+
+
+def flags_file(version: str, lock_dir: Path = LOCK_DIR) -> Path:
+    """files/vllm/<version>.flags.json (tools/vllm_flags.py)."""
+    return lock_dir / f"{version}.flags.json"
+
+
+def known_flags(version: str) -> frozenset[str] | None:
+    """The option strings of vLLM `version`'s OpenAI server parser; None where no flags file exists (not checked)."""
+    try:
+        return frozenset(json.loads(flags_file(version).read_text())["flags"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def typed_args(s: VllmInstance) -> list[str]:
+    """The vLLM arguments of the typed flag settings; None / default renders nothing (the release's own default)."""
+    args: list[str] = []
+    if s.enable_prefix_caching is not None:
+        args.append("--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching")
+    if s.enable_chunked_prefill is not None:
+        args.append("--enable-chunked-prefill" if s.enable_chunked_prefill else "--no-enable-chunked-prefill")
+    if s.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
+    if s.swap_space is not None:
+        args += ["--swap-space", str(s.swap_space)]
+    if s.chat_template:
+        args += ["--chat-template", s.chat_template]
+    if s.tool_call_parser:
+        args += ["--tool-call-parser", s.tool_call_parser]
+    if s.enable_auto_tool_choice:
+        args.append("--enable-auto-tool-choice")
+    return args
+
+
+def flag_of(word: str) -> str:
+    """The flag a word names: `--flag=value` counts as `--flag`; vLLM's FlexibleArgumentParser reads `_` in a `--`
+    flag as `-`."""
+    flag = word.split("=", 1)[0]
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None) -> list[str]:
+    """One problem per word of extra_args (`key`: vllm_instances.NAME.extra_args) that is a flag the toolkit owns
+    (naming the setting) or one the release's parser does not have (`known`; None: not checked)."""
+    problems = []
+    for word in args:
+        if _VALUE.match(word):
+            continue
+        flag = flag_of(word)
+        if flag in OWNED:
+            problems.append(problem(key, word, "set by the toolkit", f"use the setting {OWNED[flag]}"))
+        elif known is not None and flag not in known:
+            problems.append(problem(key, word, "not a flag of this vLLM release's server (files/vllm/"
+                                    "<version>.flags.json, from its own parser)", "check the spelling against "
+                                    "`vllm serve --help` of the release, or remove it"))
+    return problems
+
+
+def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None) -> list[str]:
+    """enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without one), max_num_batched_tokens
+    below max_model_len without chunked prefill (vLLM refuses it), and a typed flag the release lacks."""
+    problems = []
+    if s.enable_auto_tool_choice and not s.tool_call_parser:
+        problems.append(problem(f"{key}.enable_auto_tool_choice", True, "vLLM needs --tool-call-parser with it",
+                                "set tool_call_parser (e.g. hermes)"))
+    if s.max_num_batched_tokens is not None and s.enable_chunked_prefill is False and \
+            s.max_num_batched_tokens < s.max_model_len:
+        problems.append(problem(f"{key}.max_num_batched_tokens", s.max_num_batched_tokens, f"below max_model_len "
+                                f"{s.max_model_len} without chunked prefill (a whole prompt must fit one step)",
+                                "raise it to at least max_model_len, or enable chunked prefill"))
+    if known is not None:
+        for flag in typed_args(s):
+            if flag.startswith("-") and flag not in known:
+                problems.append(problem(key, flag, "this vLLM release has no such flag", "leave its setting unset"))
+    return problems

@@ -1,0 +1,62 @@
+"""Plan-level (facts in, commands and uploads out): extra_args and the typed flag settings reach the instance's
+EnvironmentFile, and an owned or unknown flag stops the plan before any command. Expected flags read by hand in the
+pinned 0.3.36 tree's common/arg.cpp (`{"--no-warmup"}` and `{"-cb", "--cont-batching"}` are server options) and in
+vLLM 0.8.5.post1's --help (`--disable-log-requests`)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from lab.data import tiny_hf_model
+from roles.settings import SettingsError
+from tests.plan.harness import DEBIAN_13, UBUNTU_2404, plan_uploads
+
+MODEL = {"model_source": "https://models.example/tiny.gguf", "model_sha256": "a" * 64, "port": 8081}
+
+
+def llama_args(instance: dict) -> list[str]:
+    _, uploads = plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, **instance}}})
+    env = uploads["/etc/llama-server/tiny.env"]
+    line = next(x for x in env.splitlines() if x.startswith("LLAMA_SERVER_ARGS="))
+    return shlex.split(line.split("=", 1)[1])
+
+
+def test_llama_extra_args_and_typed_settings_reach_the_environment_file():
+    args = llama_args({"extra_args": ["--no-warmup", "-cb"], "jinja": True, "batch_size": 1024, "ubatch_size": 256,
+                       "mlock": True})
+    assert args[-4:] == ["--no-warmup", "-cb", "-lv", "4"]  # appended, just before the toolkit's -lv 4
+    for i, want in ((args.index("--jinja"), ["--jinja"]), (args.index("-b"), ["-b", "1024"]),
+                    (args.index("-ub"), ["-ub", "256"]), (args.index("--load-mode"), ["--load-mode", "mmap+mlock"])):
+        assert args[i:i + len(want)] == want
+    assert "--no-warmup" not in llama_args({})
+
+
+@pytest.mark.parametrize("instance, needle", [
+    ({"extra_args": ["--port", "9000"]}, "extra_args = '--port': set by the toolkit. Fix: use the setting port"),
+    ({"extra_args": ["--no-such-flag"]}, "extra_args = '--no-such-flag': not a flag of this llama.cpp"),
+    ({"batch_size": 128, "ubatch_size": 512}, "tiny.batch_size = 128: below ubatch_size 512"),
+])
+def test_llama_refusals_stop_the_plan(instance, needle):
+    with pytest.raises(SettingsError) as e:
+        llama_args(instance)
+    assert needle in str(e.value)
+
+
+def vllm_args(tmp_path_factory, instance: dict) -> list[str]:
+    model = tiny_hf_model(tmp_path_factory.getbasetemp() / "cache")
+    data = {"vllm_instances": {"tiny": {"model_source": str(model), **instance}}}
+    _, uploads = plan_uploads(UBUNTU_2404, data, responses={"sys.version_info": ["3.12"]})
+    env = uploads["/etc/vllm/tiny.env"]
+    return shlex.split(next(x for x in env.splitlines() if x.startswith("VLLM_ARGS=")).split("=", 1)[1])
+
+
+def test_vllm_extra_args_and_typed_settings_reach_the_environment_file(tmp_path_factory):
+    args = vllm_args(tmp_path_factory, {"extra_args": ["--disable-log-requests"], "enable_prefix_caching": True,
+                                        "max_num_batched_tokens": 8192})
+    assert args[-1] == "--disable-log-requests" and "--enable-prefix-caching" in args
+    assert args[args.index("--max-num-batched-tokens") + 1] == "8192"
+    with pytest.raises(SettingsError, match=r"extra_args = '-tp': set by the toolkit. Fix: use the setting "
+                                            r"tensor_parallel_size"):
+        vllm_args(tmp_path_factory, {"extra_args": ["-tp", "2"]})

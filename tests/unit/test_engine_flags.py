@@ -1,0 +1,154 @@
+"""extra_args and the typed flag settings of both engines (roles/llama_cpp/flags.py, roles/vllm/flags.py), and the
+derived flag lists (files/llama_cpp/<ref>.json server_flags from common/arg.cpp; files/vllm/<version>.flags.json
+from vLLM's own parser).
+
+Independent expectations, read in the pinned trees' common/arg.cpp by hand: `{"-cb", "--cont-batching"}` and
+`{"--no-warmup"}` are added for LLAMA_EXAMPLE_SERVER (0.3.36 lines 2569 and 1968); `{"-p", "--prompt"}` has
+`.set_excludes({LLAMA_EXAMPLE_SERVER})` (1770) and `{"-ns", "--sequences"}` `.set_examples({LLAMA_EXAMPLE_PARALLEL})`
+(2563); `{"--draft", "--draft-n", "--draft-max"}` only calls arg_removed (4387); `--load-mode` replaces --mlock and
+--no-mmap there (2691), while 0.3.16 has `{"--mlock"}`, `{"--no-mmap"}` and `{"--draft-max", ...}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from roles.llama_cpp import flags as lf
+from roles.llama_cpp.tree import ARG_CPP, server_flags
+from roles.llama_cpp.versions import SOURCES
+from roles.settings import LlamaCppInstance, VllmInstance
+from roles.vllm import flags as vf
+
+NEW, OLD = SOURCES["pypi-0.3.36"].server_flags, SOURCES["pypi-0.3.16"].server_flags
+KEY = "llama_cpp_instances.tiny"
+ARCHIVE = Path("/var/cache/v100kit-lab/src/llama_cpp_python-0.3.36.tar.gz")
+
+
+def llama(**kw) -> LlamaCppInstance:
+    return LlamaCppInstance(model_path="/m.gguf", **kw)
+
+
+def test_the_pins_carry_their_server_flags():
+    assert NEW is not None and OLD is not None
+    for flag in ("--cont-batching", "-cb", "--no-cont-batching", "--no-warmup", "--jinja", "-ub", "-md"):
+        assert flag in NEW and flag in OLD, flag
+    for flag in ("-p", "--prompt", "-ns", "--sequences", "--draft-max", "--mlock", "--no-mmap"):
+        assert flag not in NEW, flag
+    assert {"--mlock", "--no-mmap", "--draft-max"} <= OLD and "--load-mode" not in OLD
+    assert {"--load-mode", "--spec-draft-n-max", "--kv-unified-per-slot", "--no-jinja"} <= NEW
+
+
+@pytest.mark.skipif(not ARCHIVE.is_file(), reason="the 0.3.36 sdist is not on this machine")
+def test_server_flags_from_arg_cpp_agree_with_the_text_and_the_pin():
+    with tarfile.open(ARCHIVE) as tar:
+        text = tar.extractfile(f"llama_cpp_python-0.3.36/vendor/llama.cpp/{ARG_CPP}").read().decode()
+    # the text says what the expectations above say (a grep, not the parser)
+    assert re.search(r'\{"-p", "--prompt"\}.{0,300}?\.set_excludes\(\{LLAMA_EXAMPLE_SERVER\}\)', text, re.S)
+    assert re.search(r'\{"-ns", "--sequences"\}.{0,300}?\.set_examples\(\{LLAMA_EXAMPLE_PARALLEL\}\)', text, re.S)
+    got = server_flags(text)
+    assert got == NEW
+    # a server-only option made CLI-only leaves the list; an excluded one put back enters it
+    moved = text.replace('}\n    ).set_examples({LLAMA_EXAMPLE_SERVER}).set_env("LLAMA_ARG_CONT_BATCHING")',
+                         '}\n    ).set_examples({LLAMA_EXAMPLE_CLI}).set_env("LLAMA_ARG_CONT_BATCHING")', 1)
+    assert moved != text and "--cont-batching" not in server_flags(moved)
+    back = text.replace('params.prompt = value;\n        }\n    ).set_excludes({LLAMA_EXAMPLE_SERVER})',
+                        'params.prompt = value;\n        }\n    )', 1)
+    assert back != text and "--prompt" in server_flags(back)
+
+
+def test_owned_flags_are_refused_naming_the_setting():
+    for word, setting in (("--port", "port"), ("-c", "context"), ("--ctx_size=4096", "context"),
+                          ("-ngl", "n_gpu_layers"), ("--api-key", "api_key_file"), ("-ub", "ubatch_size"),
+                          ("--load-mode", "mlock / mmap"), ("-kvu", "kv_unified")):
+        (p,) = lf.extra_args_problems(f"{KEY}.extra_args", [word, "1"], NEW)
+        assert p.startswith(f"{KEY}.extra_args = {word!r}: set by the toolkit") and f"use the setting {setting}" in p
+
+
+def test_unknown_and_equals_forms_refused_known_flags_and_values_pass():
+    assert lf.extra_args_problems("k", ["--no-warmup", "-cb", "--temp", "0.7", "--seed", "-1"], NEW) == []
+    (p,) = lf.extra_args_problems("k", ["--no-such-flag"], NEW)
+    assert "not a flag of this llama.cpp" in p
+    (p,) = lf.extra_args_problems("k", ["--prompt", "hi"], NEW)  # exists, but not for the server
+    assert "'--prompt'" in p
+    (p,) = lf.extra_args_problems("k", ["--temp=0.7"], NEW)
+    assert "next word" in p
+    assert lf.extra_args_problems("k", ["--no-such-flag"], None) == []  # unknown tree: not checked
+
+
+def test_typed_settings_render_exactly_their_flags():
+    assert lf.typed_args(llama(), NEW) == [] and lf.typed_args(llama(), None) == []
+    s = llama(jinja=True, chat_template="chatml", chat_template_file="/t.jinja", batch_size=2048, ubatch_size=512,
+              split_mode="row", tensor_split=[3, 1], main_gpu=1, threads=8, draft_model_path="/d.gguf", draft_max=16)
+    tail = ["--jinja", "--chat-template", "chatml", "--chat-template-file", "/t.jinja", "-b", "2048", "-ub", "512",
+            "-sm", "row", "-ts", "3,1", "-mg", "1", "-t", "8", "-md", "/d.gguf"]
+    assert lf.typed_args(s, NEW) == tail + ["--spec-draft-n-max", "16"]
+    assert lf.typed_args(s, OLD) == tail + ["--draft-max", "16"]
+    assert lf.typed_args(llama(jinja=False), NEW) == ["--no-jinja"]
+    assert lf.typed_args(llama(mlock=True), NEW) == ["--load-mode", "mmap+mlock"]
+    assert lf.typed_args(llama(mlock=True, mmap=False), NEW) == ["--load-mode", "mlock"]
+    assert lf.typed_args(llama(mmap=False), NEW) == ["--load-mode", "none"]
+    assert lf.typed_args(llama(mlock=True, mmap=False), OLD) == ["--mlock", "--no-mmap"]
+    for s in (llama(jinja=True), llama(mlock=True), s):
+        assert all(a in NEW or not a.startswith("-") or a[1:].isdigit() for a in lf.typed_args(s, NEW))
+
+
+def test_typed_problems():
+    (p,) = lf.typed_problems(KEY, llama(batch_size=256, ubatch_size=512), NEW, 1)
+    assert p.startswith(f"{KEY}.batch_size = 256: below ubatch_size 512")
+    assert lf.typed_problems(KEY, llama(batch_size=512, ubatch_size=512), NEW, 1) == []
+    (p,) = lf.typed_problems(KEY, llama(tensor_split=[1, 1]), NEW, 1)
+    assert "tensor_split" in p
+    assert lf.typed_problems(KEY, llama(tensor_split=[1, 1]), NEW, 2) == []
+    (p,) = lf.typed_problems(KEY, llama(draft_max=8), NEW, 1)
+    assert "draft_model_path" in p
+    (p,) = lf.typed_problems(KEY, llama(jinja=False), OLD, 1)  # 0.3.16 has no --no-jinja
+    assert p.startswith(f"{KEY}.jinja = False")
+
+
+def test_words_systemd_would_split_are_refused_by_the_settings():
+    for bad in ("a b", "'x'", "$HOME", "{\"a\":1}"):
+        with pytest.raises(ValueError):
+            llama(extra_args=["--alias", bad])
+    assert shlex.join(llama(extra_args=["--alias", "a,b:c/d"]).extra_args) == "--alias a,b:c/d"
+
+
+VLLM_NEW, VLLM_OLD = vf.known_flags("0.10.2"), vf.known_flags("0.8.5.post1")
+
+
+def test_vllm_flag_files_from_the_parsers():
+    assert VLLM_NEW and VLLM_OLD
+    for flag in ("--enable-prefix-caching", "--max-num-batched-tokens", "--swap-space", "--tool-call-parser",
+                 "--enable-auto-tool-choice", "--chat-template", "--disable-log-requests", "-tp", "--model"):
+        assert flag in VLLM_OLD, flag
+    assert "--no-enable-prefix-caching" in VLLM_NEW and "--no-enable-prefix-caching" in VLLM_OLD
+    data = json.loads(vf.flags_file("0.10.2").read_text())
+    assert data["version"] == "0.10.2" and data["flags"] == sorted(data["flags"])
+    # every flag the toolkit renders exists in both releases
+    s = VllmInstance(model_path="/m", enable_prefix_caching=False, enable_chunked_prefill=True,
+                     max_num_batched_tokens=4096, swap_space=4, chat_template="/t.jinja", tool_call_parser="hermes",
+                     enable_auto_tool_choice=True)
+    rendered = [a for a in vf.typed_args(s) if a.startswith("-")]
+    assert rendered == ["--no-enable-prefix-caching", "--enable-chunked-prefill", "--max-num-batched-tokens",
+                        "--swap-space", "--chat-template", "--tool-call-parser", "--enable-auto-tool-choice"]
+    assert set(rendered) <= VLLM_NEW and set(rendered) <= VLLM_OLD
+
+
+def test_vllm_extra_args():
+    key = "vllm_instances.tiny.extra_args"
+    (p,) = vf.extra_args_problems(key, ["--max-model-len=4096"], VLLM_OLD)
+    assert p.startswith(f"{key} = '--max-model-len=4096': set by the toolkit") and "max_model_len" in p
+    (p,) = vf.extra_args_problems(key, ["-tp", "2"], VLLM_OLD)
+    assert "tensor_parallel_size" in p
+    assert vf.extra_args_problems(key, ["--disable-log-requests", "--seed=3", "--max_logprobs", "5"], VLLM_OLD) == []
+    (p,) = vf.extra_args_problems(key, ["--no-such-flag"], VLLM_OLD)
+    assert "not a flag of this vLLM release" in p
+    assert vf.typed_args(VllmInstance(model_path="/m")) == []
+    (p,) = vf.typed_problems("vllm_instances.tiny", VllmInstance(model_path="/m", enable_auto_tool_choice=True),
+                             VLLM_OLD)
+    assert "tool_call_parser" in p

@@ -1,0 +1,184 @@
+"""Issue 26's serving defaults, decided from GGUF headers built here (lab/models.py write_llama, header only: the
+real sizes in a sparse file): the slots, the context one request may use, the KV cache pool and its type for
+models of several sizes on 16 GB and 32 GB V100s, and the llama-server arguments they render to.
+
+Independent expectations: llama.cpp's own KV cache formula (per layer and token, K and V rows of n_kv_heads x head
+size elements; f16 = 2 bytes, q8_0 = 34 bytes per 32 elements: ggml's block_q8_0; src/llama-kv-cache.cpp) and
+the GGUF sizes of F16 weights (2 bytes per element), summed here by hand. The shapes are picked so that each
+choice holds whatever the planner's compute buffer and CUDA context come to between OUTSIDE_MEASURED (the least
+llama-server was measured to use outside its logged buffers) and ALLOWANCE; only the llama-server flags come from
+the pinned tree's common/arg.cpp (-kvu, --kv-unified-per-slot).
+
+The models are placed among the hub's header copies (V100KIT_HUB_HEADERS, roles/hub.py): the planner's stand-ins
+for weights not downloaded yet, whose checksum is checked on the host instead, so that no test reads 30 GB of holes
+to hash them."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+
+import pytest
+
+from lab.models import vocabulary, write_llama
+from roles.cuda.versions import Toolkit
+from roles.llama_cpp.decide import plan, server_args
+from roles.settings import load_settings
+
+CUDA_124 = Toolkit("12.4", "distro", {}, "/usr/bin/nvcc", None, "g++-13")
+MiB, GiB = 1 << 20, 1 << 30
+V100_16, V100_32 = 16160, 32510  # MiB nvidia-smi reports (docs/volta.md §7)
+#: What the compute buffer and CUDA context may add at most, for the bounds below (the planner's are ~0.8-1.1 GiB).
+ALLOWANCE = 3 * GiB // 2
+#: The least memory llama-server used outside the buffers it logs, MiB: 592.5 on an H200 (tests/data/
+#: llama_cpp_memory_remeasured.json unlogged_mib): a choice refused with it is refused with any planner.
+OUTSIDE_MEASURED = 592 * MiB
+#: Bytes of the KQ mask per KV cell in the compute buffer with flash attention (f32 + f16 copy, 512-token batch).
+MASK_PER_CELL = 512 * 6
+
+
+def kv_per_token(n_layer: int, n_kv: int, head: int, kind: str) -> int:
+    """llama.cpp's KV bytes per token for the whole model: K and V rows of n_kv x head elements per layer."""
+    row = n_kv * head * 2 if kind == "f16" else n_kv * head // 32 * 34
+    return 2 * row * n_layer
+
+
+def f16_weights(n_layer: int, n_embd: int, n_kv: int, head: int, n_ff: int) -> int:
+    """GGUF bytes of write_llama's F16 tensors (norms F32): embeddings and output of the small vocabulary, and per
+    layer q, k, v, o, gate, up, down."""
+    vocab = len(vocabulary()[0])
+    layer = 2 * (2 * n_embd * n_embd + 2 * n_kv * head * n_embd + 3 * n_ff * n_embd) + 4 * 2 * n_embd
+    return n_layer * layer + 2 * 2 * vocab * n_embd + 4 * n_embd
+
+
+def model(tmp_path: Path, name: str, n_layer: int, n_embd: int, n_head: int, n_kv: int, n_ff: int, n_ctx: int):
+    path = write_llama(tmp_path / f"{name}.gguf", n_embd=n_embd, n_head=n_head, n_head_kv=n_kv, n_layer=n_layer,
+                       n_ff=n_ff, n_ctx=n_ctx, header_only=True)
+    sha = hashlib.sha256(name.encode()).hexdigest()  # a header copy's own bytes are not hashed (see above)
+    head = n_embd // n_head
+    return {"path": str(path), "sha": sha, "weights": f16_weights(n_layer, n_embd, n_kv, head, n_ff),
+            "f16": kv_per_token(n_layer, n_kv, head, "f16"), "q8_0": kv_per_token(n_layer, n_kv, head, "q8_0")}
+
+
+def decide(m: dict, gpu_mib: int, **inst):
+    settings = load_settings("box", {"gpu_memory_mib": gpu_mib, "llama_cpp_instances": {
+        "m": {"model_source": m["path"], "model_sha256": m["sha"], **inst}}})
+    p, problems = plan(settings, [CUDA_124], [], lambda _: True)
+    assert not problems, problems
+    i = p.instances[0]
+    return i, args_of(server_args(i, p.source.flash_attn_style))
+
+
+def args_of(cmd: str) -> dict[str, str | None]:
+    tokens, out = shlex.split(cmd), {}
+    for k, t in enumerate(tokens):
+        if t.startswith("-"):
+            nxt = tokens[k + 1] if k + 1 < len(tokens) else None
+            out[t] = None if nxt is None or nxt.startswith("-") else nxt
+    return out
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hub-headers")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("V100KIT_HUB_HEADERS", str(d))
+        yield _shapes(d)
+
+
+def _shapes(d: Path) -> dict:
+    return {
+        # 8B-class width, 32 layers, n_ff 8192: 8.5 GiB of F16 weights, trained 8192 tokens
+        "mid": model(d, "mid", 32, 4096, 32, 8, 8192, 8192),
+        # the same with n_ff 12425: 11.6 GiB
+        "large": model(d, "large", 32, 4096, 32, 8, 12425, 8192),
+        # the mid shape trained for 131072 tokens
+        "mid-long": model(d, "mid-long", 32, 4096, 32, 8, 8192, 131072),
+        # a 1B-class model of head size 64: 16 layers of 2048, 1.8 GiB, trained 32768
+        "small": model(d, "small", 16, 2048, 32, 8, 8192, 32768),
+    }
+
+
+def test_the_shapes_are_what_the_choices_below_assume(shapes):
+    """The hand arithmetic each case rests on, checked once: budget = VRAM in bytes."""
+    mid, large, small = shapes["mid"], shapes["large"], shapes["small"]
+    assert mid["f16"] == 131072 and mid["q8_0"] == 69632 and small["f16"] == 32768
+    # mid on 16 GB: f16 for 8 x 8192 tokens does not fit with the least measured overhead; q8_0 leaves the allowance
+    assert mid["weights"] + 8 * 8192 * mid["f16"] + OUTSIDE_MEASURED > V100_16 * MiB
+    assert mid["weights"] + 8 * 8192 * mid["q8_0"] + ALLOWANCE < V100_16 * MiB
+    # large on 16 GB: neither type holds 8 slots, nor f16 4; q8_0 holds 4 with the allowance
+    assert large["weights"] + 8 * 8192 * large["q8_0"] + OUTSIDE_MEASURED > V100_16 * MiB
+    assert large["weights"] + 4 * 8192 * large["f16"] + OUTSIDE_MEASURED > V100_16 * MiB
+    assert large["weights"] + 4 * 8192 * large["q8_0"] + ALLOWANCE < V100_16 * MiB
+    # small on 16 GB: f16 for 8 full trained-length requests with the allowance
+    assert small["weights"] + 8 * 32768 * small["f16"] + ALLOWANCE < V100_16 * MiB
+
+
+def test_a_small_model_gets_8_slots_of_its_whole_trained_context_with_f16(shapes):
+    i, a = decide(shapes["small"], V100_16)
+    assert (i.serving.slots, i.serving.context, i.kv.cache_type_k, i.kv.cache_type_v) == (8, 32768, "f16", "f16")
+    assert (a["-np"], a["-c"], a["-ctk"], a["-ctv"]) == ("8", str(8 * 32768), "f16", "f16")
+    assert "-kvu" in a and a["--kv-unified-per-slot"] == "32768"  # each slot capped at its share of the pool
+    assert i.memory.kv_bytes == 8 * 32768 * shapes["small"]["f16"]  # llama.cpp's formula for the whole pool
+
+
+def test_where_f16_does_not_fit_8_requests_of_8192_q8_0_is_chosen_and_its_cost_said(shapes):
+    i, a = decide(shapes["mid"], V100_16)
+    assert (i.serving.slots, i.serving.context, i.kv.cache_type_k) == (8, 8192, "q8_0")
+    assert (a["-np"], a["-c"], a["-ctk"], a["-ctv"], a["--kv-unified-per-slot"]) == \
+        ("8", "65536", "q8_0", "q8_0", "8192")
+    why = " ".join(i.serving.why)
+    assert "f16 does not fit" in why and "0.86 at depth 0" in why  # the measured decode ratio q8_0/f16
+    assert "8 request(s) of up to 8192 tokens fit at once" in i.memory.reasons
+
+
+def test_the_same_model_on_a_32_gb_v100_keeps_f16(shapes):
+    i, a = decide(shapes["mid"], V100_32)
+    assert (i.serving.slots, i.serving.context, i.kv.cache_type_k, a["-c"]) == (8, 8192, "f16", "65536")
+    assert "f16 fits" in " ".join(i.serving.why)
+
+
+def test_a_long_trained_context_grows_to_what_the_gpu_holds_for_every_slot(shapes):
+    m = shapes["mid-long"]
+    i, a = decide(m, V100_32)
+    free = V100_32 * MiB - m["weights"]
+    hi = free // (8 * m["f16"])  # nothing but weights and KV
+    lo = (free - ALLOWANCE) // (8 * (m["f16"] + MASK_PER_CELL))
+    assert i.kv.cache_type_k == "f16" and i.serving.slots == 8
+    assert lo <= i.serving.context <= hi and i.serving.context % 256 == 0, (lo, i.serving.context, hi)
+    assert a["-c"] == str(8 * i.serving.context) and a["--kv-unified-per-slot"] == str(i.serving.context)
+    assert i.memory.fits and i.memory.kv_bytes == 8 * i.serving.context * m["f16"]
+
+
+def test_a_large_model_keeps_the_context_with_fewer_slots(shapes):
+    i, a = decide(shapes["large"], V100_16)
+    assert (i.serving.slots, i.serving.context, i.kv.cache_type_k) == (4, 8192, "q8_0")
+    assert (a["-np"], a["-c"]) == ("4", "32768")
+
+
+def test_an_explicit_context_is_per_request_and_slots_shrink_to_hold_it(shapes):
+    # mid on 16 GB, 16384 tokens per request: 8 slots need 8 or 4.25 GiB x 2 of KV; 4 slots of q8_0 fit
+    m = shapes["mid"]
+    assert m["weights"] + 8 * 16384 * m["q8_0"] + OUTSIDE_MEASURED > V100_16 * MiB
+    assert m["weights"] + 4 * 16384 * m["f16"] + OUTSIDE_MEASURED > V100_16 * MiB
+    assert m["weights"] + 4 * 16384 * m["q8_0"] + ALLOWANCE < V100_16 * MiB
+    i, a = decide({**m}, V100_16, context=16384, allow_context_beyond_training=True)
+    assert (i.serving.slots, i.serving.context, i.kv.cache_type_k, a["-c"]) == (4, 16384, "q8_0", "65536")
+
+
+def test_an_explicit_single_slot_still_works_without_a_unified_cache(shapes):
+    i, a = decide(shapes["small"], V100_16, parallel=1, context=4096)
+    assert (a["-np"], a["-c"]) == ("1", "4096")
+    assert "-kvu" not in a and "--kv-unified-per-slot" not in a
+    assert i.memory.kv_bytes == 4096 * shapes["small"]["f16"]
+
+
+def test_kv_unified_off_splits_the_pool_per_slot(shapes):
+    i, a = decide(shapes["small"], V100_16, parallel=4, context=8192, kv_unified=False)
+    assert (a["-np"], a["-c"]) == ("4", "32768") and "-kvu" not in a
+
+
+def test_explicit_types_are_kept_when_they_fit(shapes):
+    i, a = decide(shapes["small"], V100_16, cache_type_k="q8_0", cache_type_v="q8_0")
+    assert (a["-ctk"], a["-ctv"], i.serving.slots, i.serving.context) == ("q8_0", "q8_0", 8, 32768)
