@@ -126,9 +126,10 @@ def host_data(spec: HostSpec) -> dict:
             "llama_cpp_source": str(source),
             "llama_cpp_source_sha256": DEFAULT_SOURCE.sha256,
             "llama_cpp_instances": {"tiny": {
+                # slots and context left to the defaults (roles/llama_cpp/slots.py): on the tiny model, 8 slots of
+                # its trained 8192 tokens, a KV pool of 16 MiB, so that llama-server's MiB figure can be compared
                 "model_source": str(model), "model_sha256": sha256_of(model), "port": LLAMA_PORTS[spec.name],
-                # 8192 tokens: a KV cache of ~1 MiB, so that llama-server's 2-decimal MiB figure can be compared
-                "context": 8192, "api_key_file": str(api_key_file())}},
+                "api_key_file": str(api_key_file())}},
         })
     if spec.offline:
         data["llama_cpp_instances"]["tiny"]["model_source"] = f"http://127.0.0.1:{OFFLINE_MODEL_PORT}/{model.name}"

@@ -41,7 +41,9 @@ def test_bench_flags_cpu_served_instances_with_exit_1_and_still_times_them(provi
         for lv in levels.values():
             assert lv["failed"] == 0, lv["errors"]
             assert lv["ttft_p50_ms"] > 0 and lv["ttft_p95_ms"] >= lv["ttft_p50_ms"]
-            assert lv["itl_p50_ms"] > 0 and lv["aggregate_tps"] > 0
+            assert lv["itl_p50_ms"] > 0 and lv["aggregate_e2e_tps"] > 0 and lv["aggregate_decode_tps"] > 0
+            assert lv["ttft_p99_ms"] >= lv["ttft_p95_ms"]
+            assert lv["peak_vram_mib"] is None and "nvidia-smi" in lv["peak_vram_note"]  # no GPU to sample
         assert inst["decode_tps"] > 0
         assert inst["roofline"] is None  # no GPU: no bandwidth to compare with
         assert inst["planned_vram_mib"] > 0 and inst["vram_mib"] is None  # planned, but no nvidia-smi to measure

@@ -82,6 +82,29 @@ def test_service_answers_health_and_completions(target):
     assert http(port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 401  # no key, no tokens
 
 
+def test_default_slots_answer_4_concurrent_requests_at_once(target):
+    """Issue 26: the lab's instance leaves parallel and context to the defaults. Four streamed requests sent at once
+    are served at once: the last of the four first tokens arrives before the first request has finished (with one
+    slot the 4th would wait for three whole completions). Measured by the client (v100kit/loadgen.py), and the
+    server's own start-up line says how many slots it runs."""
+    from roles.bench.figures import Load
+    from v100kit import loadgen
+
+    port, key = LLAMA_PORTS[target.spec.name], api_key_file().read_text().strip()
+    serving = target.llama.instances[0].serving
+    assert serving.slots >= 4 and target.llama.instances[0].settings.parallel is None
+    log = target.host.check_output(f"journalctl -u {UNIT} -b --no-pager -o cat")
+    assert f"n_slots = {serving.slots}, n_ctx_slot = {serving.context}, kv_unified = 'true'" in log, log[-3000:]
+    load = Load(depths=(32,), output_tokens=256, concurrency=(4,), requests_per_level=4, warmup_requests=0)
+    samples = loadgen.run_level(f"http://127.0.0.1:{port}", key, "tiny", load, 4)
+    assert len(samples) == 4 and all(s.ok for s in samples), [s.error for s in samples]
+    first_end = min(s.end_s for s in samples)
+    ttfts = sorted(s.start_s + s.ttft_s for s in samples)  # on the level's clock
+    print(f"4 concurrent requests: first tokens at {', '.join(f'{t * 1000:.0f}' for t in ttfts)} ms; the first "
+          f"request ended at {first_end * 1000:.0f} ms; 4th/1st TTFT {ttfts[-1] / ttfts[0]:.1f}x")
+    assert ttfts[-1] < first_end, (ttfts, first_end)
+
+
 def test_serves_from_cpu_without_gpu_and_says_so(target):
     log = target.host.check_output(f"journalctl -u {UNIT} -b --no-pager -o cat")
     if target.host.run("lspci -n -d 10de:").stdout.strip():
@@ -111,7 +134,8 @@ def test_kv_cache_size_matches_the_planner(target):
     assert found, log[-2000:]
     mib, cells = found[-1]
     memory = target.llama.instances[0].memory
-    assert int(cells) == memory.context * target.llama.instances[0].settings.parallel
+    serving = target.llama.instances[0].serving  # the lab's tiny model leaves slots and context to the defaults
+    assert int(cells) == serving.slots * serving.context == memory.context * serving.slots
     reported = float(mib) * (1 << 20)
     assert abs(reported - memory.kv_bytes) <= 0.05 * memory.kv_bytes, (reported, memory.kv_bytes)
 
