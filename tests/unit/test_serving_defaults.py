@@ -182,3 +182,41 @@ def test_kv_unified_off_splits_the_pool_per_slot(shapes):
 def test_explicit_types_are_kept_when_they_fit(shapes):
     i, a = decide(shapes["small"], V100_16, cache_type_k="q8_0", cache_type_v="q8_0")
     assert (a["-ctk"], a["-ctv"], i.serving.slots, i.serving.context) == ("q8_0", "q8_0", 8, 32768)
+
+
+def test_plan_level_the_default_instance_renders_8_unified_slots_into_its_environment_file(tmp_path):
+    """Facts in, commands out (tests/plan/harness.py): the lab's tiny model (trained 8192 tokens, head size 16: f16
+    only) with slots and context unset; the EnvironmentFile the deploy uploads carries the pool, the slots and the
+    per-slot cap as llama-server's own flags (common/arg.cpp: -c, -np, -kvu, --kv-unified-per-slot)."""
+    import re
+
+    from lab.models import write_tiny_llama
+    from tests.plan.harness import DEBIAN_13, plan_uploads
+
+    path = write_tiny_llama(tmp_path / "tiny.gguf")
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    placed = "/var/lib/llm/models/tiny.gguf"
+    _, files = plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": {"model_source": str(path),
+                                                                         "model_sha256": sha, "port": 8081}}},
+                            responses={f"sha256sum {placed} 2>": [f"{sha}  {placed}"]})
+    env = files["/etc/llama-server/tiny.env"]
+    a = args_of(re.search(r"^LLAMA_SERVER_ARGS=(.*)$", env, re.M).group(1))
+    assert (a["-c"], a["-np"], a["--kv-unified-per-slot"], a["-ctk"]) == ("65536", "8", "8192", "f16"), env
+    assert "-kvu" in a
+
+
+def test_two_instances_on_one_gpu_each_size_their_pool_within_half_of_it(shapes):
+    """Two llama-server instances of the small model on one 16 GB GPU: each alone would take 8 x 32768 tokens
+    (8 GiB of KV), which twice does not fit; planned within half each, their weights and pools together fit."""
+    m = shapes["small"]
+    assert 2 * (m["weights"] + 8 * 32768 * m["f16"]) > V100_16 * MiB
+    inst = {"model_source": m["path"], "model_sha256": m["sha"]}
+    settings = load_settings("box", {"gpu_memory_mib": V100_16, "llama_cpp_instances": {
+        "a": {**inst, "port": 8081}, "b": {**inst, "port": 8082}}})
+    p, problems = plan(settings, [CUDA_124], [], lambda _: True)
+    assert not problems, problems
+    a, b = p.instances
+    assert a.serving.context == b.serving.context < 32768 and a.serving.slots == 8
+    used = sum(m["weights"] + i.serving.pool * m["f16"] for i in (a, b))
+    assert used + 2 * OUTSIDE_MEASURED <= V100_16 * MiB, used
+    assert any("shares its GPUs with llama-server@b" in r for r in a.memory.reasons), a.memory.reasons
