@@ -15,8 +15,11 @@ Plain bench changes nothing and never stops a service. --sweep (llama.cpp instan
 after saying so, runs llama-server by hand with alternative flags as the service user, and always starts the
 service again at the end, also after an error or Ctrl-C.
 
+With --json a host not benched is {"error": "unreachable"|"refused"|"failed", "cause": ..., "problems": [...]}.
+
 Exit status: 0 all measured and on the GPU, 1 any instance flagged (not on the GPU, not running, degenerate output,
-failed requests), 2 a host could not be benched.
+failed requests) or a host's settings refused, 2 a host not reached or not benched (or a bad option), 130
+interrupted (v100kit/cli.py: the convention every command shares; --sweep starts the services again first).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from roles.bench.residency import judge_instance
 from roles.bench.vram import PeakVram
 from roles.preflight import HostPlan
 from v100kit import loadgen
-from v100kit.hosts import for_each_host
+from v100kit.hosts import NOT_CHECKED, HostFailure, exit_status, for_each_host
 
 MiB = 1 << 20
 #: The load of a plain bench, and the smaller one of each --sweep alternative (up to ten of them per instance);
@@ -273,7 +276,7 @@ def write_reports(results: dict, directory: str, load: Load) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for host, rows in results.items():
-        if isinstance(rows, str):
+        if isinstance(rows, HostFailure):
             continue
         name = re.sub(r"[^A-Za-z0-9._-]", "_", host)  # "@local" -> "_local": a plain file name
         png = report.plot(rows)
@@ -362,13 +365,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the load options, say the bounds, bench every instance; print the table or JSON; exit 0, 1 (a flag)
-    or 2 (a bad option, a host not benched)."""
+    """Check the load options, say the bounds, bench every instance; print the table or JSON; exit 0, 1 (a flag,
+    a refusal) or 2 (a bad option, a host not benched)."""
     try:
         load, sweep_load = loads(args)
     except ValueError as e:
         print(f"v100kit bench: {e}", file=sys.stderr)
-        return 2
+        return NOT_CHECKED
     say(f"bench: per instance at most {load.max_requests} requests and {load.max_seconds:.0f} s "
         f"(depths {','.join(map(str, load.depths))} x concurrency {','.join(map(str, load.concurrency))})")
     if args.sweep:
@@ -389,10 +392,16 @@ def run(args: argparse.Namespace) -> int:
         for path in write_reports(results, args.report, load):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        print(json.dumps({**report.as_json(results, load),
+        print(json.dumps({**as_json(results, load),
                           "sweep_load": dataclasses.asdict(sweep_load) if args.sweep else None}, indent=2))
-    else:
-        print(report.table(results, load.concurrency))
-    if any(isinstance(r, str) for r in results.values()):
-        return 2
-    return 1 if any(i.flags for rows in results.values() for i in rows) else 0
+    else:  # report.table says a host not benched from its text
+        print(report.table({h: str(r) if isinstance(r, HostFailure) else r for h, r in results.items()},
+                           load.concurrency))
+    return exit_status(results, lambda rows: any(i.flags for i in rows))
+
+
+def as_json(results: dict, load: Load) -> dict:
+    """report.as_json of the benched hosts, each host not benched as its HostFailure's JSON object, in host order."""
+    doc = report.as_json({h: r for h, r in results.items() if not isinstance(r, HostFailure)}, load)
+    return {**doc, "hosts": {h: r.as_json() if isinstance(r, HostFailure) else doc["hosts"][h]
+                             for h, r in results.items()}}

@@ -1,8 +1,19 @@
 """The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]`, `v100kit verify INVENTORY`,
-`v100kit offline fill|serve|deploy DIR ...` and `v100kit lab ACTION`.
+`v100kit offline fill|serve|deploy DIR ...`, `v100kit lab ACTION` and `v100kit --version`.
+
+Exit status, the same for every subcommand:
+  0    all good: every host reached and nothing found
+  1    a finding: a check failed or is broken, an instance flagged, a host's settings refused
+  2    a host could not be reached, planned, diagnosed, benched or checked (unreachable, connection refused, a
+       command failing on it), or bad command-line input (an option, an inventory, a --limit name)
+  130  interrupted (Ctrl-C, SIGINT): one line, "interrupted", on stderr; no traceback
+A host not reached outranks a finding on another: 2. `offline deploy` exits with pyinfra's own status, and
+`offline serve`, which serves until Ctrl-C, exits 0 then.
 
 Every subcommand is a module with `add_arguments(parser)` and `run(args) -> exit status`; the skeleton here gives
-the commands that read an inventory the same arguments and the same error handling.
+the commands that read an inventory the same arguments and the same error handling (v100kit/hosts.py exit_status
+maps the hosts' results to the status; a host without a result is a HostFailure, in --json
+{"error": "unreachable"|"refused"|"failed", "cause": "...", "problems": [...]}).
 """
 
 from __future__ import annotations
@@ -11,7 +22,7 @@ import argparse
 import importlib
 import sys
 
-from v100kit.hosts import UnknownHost
+from v100kit.hosts import INTERRUPTED, NOT_CHECKED, UnknownHost
 
 #: subcommand -> (module, one-line help)
 COMMANDS = {
@@ -33,9 +44,24 @@ def inventory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", action="append", metavar="HOST", help="only this host (repeatable)")
 
 
+def version() -> str:
+    """The installed package's version (importlib.metadata), else v100kit/__init__.py's (a checkout run as
+    `python -m v100kit.cli` without installing)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("v100kit")
+    except PackageNotFoundError:
+        from v100kit import __version__
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="v100kit", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n")[1],  # the exit statuses
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"v100kit {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_) in COMMANDS.items():
         mod = importlib.import_module(module)
@@ -47,11 +73,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse `argv` (default: sys.argv[1:]) and run the subcommand; returns its exit status. What follows `--` goes
-    to the subcommand unparsed (verify: pytest arguments; offline deploy: pyinfra arguments)."""
+    """Parse `argv` (default: sys.argv[1:]) and run the subcommand; returns its exit status (the module's
+    docstring). What follows `--` goes to the subcommand unparsed (verify: pytest arguments; offline deploy: pyinfra
+    arguments). Ctrl-C anywhere is INTERRUPTED (130) with one line on stderr; cleanups run on the way (bench
+    --sweep starts the services it stopped again, in roles/bench/sweep.py's finally)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():  # the bench's progress line, updated in place, is cleared first
+            sys.stderr.write("\r\033[K")
+        print("interrupted", file=sys.stderr, flush=True)
+        return INTERRUPTED
+
+
+def quiet_interrupts() -> None:
+    """gevent (pyinfra's; its CLI patches time and sockets with it) prints a KeyboardInterrupt that arrives while
+    its loop runs ("KeyboardInterrupt" and a timestamp) before raising it here: one line is said, by main."""
+    gevent = sys.modules.get("gevent")
+    if gevent is not None:
+        hub = gevent.get_hub()  # the main thread's, where SIGINT lands
+        hub.NOT_ERROR = (*hub.NOT_ERROR, KeyboardInterrupt)  # still raised in this greenlet (hub.SYSTEM_ERROR)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else None  # passed through (verify: to pytest)
-    parser = build_parser()
+    parser = build_parser()  # imports every command, pyinfra and gevent with them
+    quiet_interrupts()
     args = parser.parse_args(argv[:argv.index("--")] if rest is not None else argv)
     if rest is not None:
         if not hasattr(args, "passthrough"):
@@ -61,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except UnknownHost as e:  # a --limit typo: a usage error, never an empty (healthy-looking) report
         print(f"v100kit {args.command}: {e}", file=sys.stderr)
-        return 2
+        return NOT_CHECKED
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """v100kit doctor INVENTORY [--json] [--limit HOST ...]: diagnose hosts, change nothing.
 
-Exit status: 0 when every check is ok or skipped, 1 when any is broken, 2 when a host cannot be diagnosed."""
+With --json a host without rows is {"error": "unreachable"|"refused"|"failed", "cause": ..., "problems": [...]}.
+
+Exit status: 0 every check ok or skipped, 1 any broken or a host's settings refused, 2 a host not reached or not
+diagnosed (or a bad argument), 130 interrupted (v100kit/cli.py: the convention every command shares)."""
 
 from __future__ import annotations
 
@@ -10,19 +13,19 @@ import json
 from roles.doctor import diagnose
 from roles.doctor.checks import Row, as_dict
 from roles.doctor.gather import gather  # noqa: F401  (loaded before hosts are diagnosed: diagnose imports it)
-from v100kit.hosts import for_each_host
+from v100kit.hosts import HostFailure, exit_status, for_each_host, json_results
 
 
-def diagnose_all(inventory_file: str, limit: list[str] | None = None) -> dict[str, list[Row] | str]:
-    """{host name: doctor rows, or the error string when the host could not be diagnosed}."""
+def diagnose_all(inventory_file: str, limit: list[str] | None = None) -> dict[str, list[Row] | HostFailure]:
+    """{host name: doctor rows, or the HostFailure when the host could not be diagnosed}."""
     return for_each_host(inventory_file, limit, diagnose, diagnosing=True)
 
 
-def table(results: dict[str, list[Row] | str]) -> str:
+def table(results: dict[str, list[Row] | HostFailure]) -> str:
     lines = []
     for name, rows in results.items():
         lines.append(f"== {name}")
-        if isinstance(rows, str):
+        if isinstance(rows, HostFailure):
             lines.append(f"   cannot diagnose: {rows}")
             continue
         width = max(len(r.check) for r in rows)
@@ -39,12 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the rows (table or JSON); exit status 0 all ok or skipped, 1 any broken, 2 a host not diagnosed."""
+    """Print the rows (table or JSON); exit 0 all ok or skipped, 1 any broken or refused, 2 a host not diagnosed."""
     results = diagnose_all(args.inventory, args.limit)
-    if args.json:
-        print(json.dumps({h: r if isinstance(r, str) else as_dict(r) for h, r in results.items()}, indent=2))
-    else:
-        print(table(results))
-    if any(isinstance(r, str) for r in results.values()):
-        return 2
-    return 1 if any(row.state == "broken" for rows in results.values() for row in rows) else 0
+    print(json.dumps(json_results(results, as_dict), indent=2) if args.json else table(results))
+    return exit_status(results, lambda rows: any(row.state == "broken" for row in rows))

@@ -3,7 +3,11 @@
 Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build (and its compile jobs), the vLLM release and venv, and per
 llama-server@NAME / vllm@NAME instance the planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
 largest context that fits, layers that would run on the CPU, the decode ceiling in tokens/s), and warnings (a
-bf16-trained model served in fp16 below compute capability 8.0: overflow risk). A host whose settings are refused prints the refusal. Exit status 1 when any host is refused.
+bf16-trained model served in fp16 below compute capability 8.0: overflow risk). A host whose settings are refused
+prints the refusal; with --json a host without a plan is {"error": "unreachable"|"refused"|"failed", "cause": ..., "problems": [...]}.
+
+Exit status: 0 every host planned, 1 a host's settings refused, 2 a host not reached or not planned (or a bad
+argument), 130 interrupted (v100kit/cli.py: the convention every command shares).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from v100kit.hosts import for_each_host
+from v100kit.hosts import HostFailure, exit_status, for_each_host, json_results
 from roles.llama_cpp.jobs import host_build_jobs
 from roles.preflight import HostPlan
 
@@ -68,8 +72,8 @@ def summarize(host, plan: HostPlan) -> dict:
 def table(results: dict) -> str:
     lines = []
     for name, r in results.items():
-        if isinstance(r, str):
-            lines += [f"== {name}: {'UNREACHABLE' if r == 'cannot connect' else 'REFUSED'}", r]
+        if isinstance(r, HostFailure):
+            lines += [f"== {name}: {r.error.upper()}", r.cause]
             continue
         lines.append(f"== {name}: {r['platform']}, driver {r['driver']}, CUDA {', '.join(r['cuda'])}")
         if r["llama_cpp"]:
@@ -123,7 +127,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the plans (table or JSON); 1 when any host is refused or unreachable."""
+    """Print the plans (table or JSON); exit 0, 1 (a host refused) or 2 (a host not reached or not planned)."""
     results = for_each_host(args.inventory, args.limit, summarize)
-    print(json.dumps(results, indent=2) if args.json else table(results))
-    return 1 if any(isinstance(r, str) for r in results.values()) else 0
+    print(json.dumps(json_results(results), indent=2) if args.json else table(results))
+    return exit_status(results)

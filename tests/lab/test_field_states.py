@@ -89,7 +89,7 @@ class Field:
     def doctor(self, **changes) -> dict:
         """The doctor's rows for the host: {check: (state, evidence)}."""
         rows = diagnose_all(str(self.inventory(**changes)), [FIELD.name])[FIELD.name]
-        assert not isinstance(rows, str), rows
+        assert isinstance(rows, list), rows  # diagnosed, not a HostFailure (unreachable, refused)
         return {r.check: (r.state, r.evidence) for r in rows}
 
     def deploy(self, deploy_file: str = "tests/lab/fresh_deploy.py", **changes) -> tuple[int, list[str], str]:

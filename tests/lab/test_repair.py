@@ -62,7 +62,7 @@ def repair_run(label: str) -> DeployRun:
 
 def broken_checks(limit: str = HOST) -> set[str]:
     rows = doctor("inventory/lab.py", [limit])[limit]
-    assert not isinstance(rows, str), rows
+    assert isinstance(rows, list), rows  # diagnosed, not a HostFailure (unreachable, refused)
     return {r.check for r in rows if r.state == "broken"}
 
 

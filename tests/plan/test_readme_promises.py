@@ -14,6 +14,7 @@ from roles.doctor.checks import Row
 from roles.settings import SettingsError
 from tests.plan.harness import DEBIAN_13, UBUNTU_2204, plan_commands, plan_uploads
 from v100kit import doctor
+from v100kit.hosts import HostFailure
 
 #: a bare-metal box whose nouveau module is loaded (HostTraits, tests/plan/harness.py BARE_METAL's form)
 NOUVEAU_LOADED = ["virt=none", "kernel=6.8.0-45-generic", "sysctl_writable=1", "thp_writable=1", "modules_dir=1",
@@ -62,11 +63,12 @@ def test_unattended_upgrades_blacklist_covers_the_driver_packages():
 @pytest.mark.parametrize("results, status", [
     ({"a": [Row("x", "ok", "seen")], "b": [Row("y", "skipped", "no GPU visible")]}, 0),
     ({"a": [Row("x", "ok", "seen"), Row("y", "broken", "missing", "run repair.py")]}, 1),
-    ({"a": [Row("x", "broken", "missing", "fix")], "b": "cannot connect"}, 2),
-], ids=["ok-and-skipped", "broken", "not-diagnosed"])
+    ({"a": [Row("x", "ok", "seen")], "b": HostFailure("refused", "invalid settings", ("a = 1: no. Fix: 2",))}, 1),
+    ({"a": [Row("x", "broken", "missing", "fix")], "b": HostFailure("unreachable", "Could not connect")}, 2),
+], ids=["ok-and-skipped", "broken", "refused", "not-diagnosed"])
 def test_doctor_exit_status(monkeypatch, capsys, results, status):
-    """README: `v100kit doctor` exits 1 when anything is broken (its docstring: 0 all ok or skipped, 2 a host that
-    cannot be diagnosed)."""
+    """README: `v100kit doctor` exits 1 when anything is broken (its docstring: 0 all ok or skipped, 1 also for a
+    host whose settings are refused, 2 a host that cannot be diagnosed)."""
     monkeypatch.setattr(doctor, "diagnose_all", lambda inventory, limit: results)
     assert doctor.run(argparse.Namespace(inventory="inventory/example.py", limit=None, json=False)) == status
     assert "== a" in capsys.readouterr().out

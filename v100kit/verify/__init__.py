@@ -5,7 +5,9 @@ Each host's expectations come from its settings through the deploy's own preflig
 CUDA toolkits, service user, instances and ports). GPU checks run where a GPU is visible and skip, saying why,
 elsewhere; checks that need systemd or dpkg/apt skip, saying so, on a host without them. Nothing on a host changes:
 only read-only facts are gathered, and every command the checks send passes v100kit/verify/readonly.py.
-Exit status (pytest's): 0 every check passed or skipped, 1 a check failed, 2-5 the run itself could not proceed.
+Exit status: 0 every check passed or skipped, 1 a check failed or a host's settings refused, 2 a host not reached
+or not checked, or the run itself could not proceed (a bad argument, pytest's usage and internal errors), 130
+interrupted (v100kit/cli.py: the convention every command shares).
 """
 
 from __future__ import annotations
@@ -44,7 +46,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the suite in this process; returns pytest's exit status."""
+    """Run the suite in this process; returns the exit status (the module's docstring) from pytest's and the hosts
+    the suite could not reach. Raises KeyboardInterrupt when pytest was interrupted (pytest itself returns 2)."""
     import pytest
 
-    return int(pytest.main(pytest_args(args)))
+    from v100kit.hosts import FINDING, NOT_CHECKED, OK, HostFailure, exit_status
+
+    class Outcome:
+        """The hosts without a Target (the suite's `target` parameters) and whether the run was interrupted."""
+
+        def __init__(self) -> None:
+            self.failures: list[HostFailure] = []
+            self.interrupted = False
+
+        @pytest.hookimpl(tryfirst=True)  # before -k or -m deselect items: a host not reached counts still
+        def pytest_collection_modifyitems(self, items) -> None:
+            params = (getattr(item, "callspec", None) for item in items)
+            self.failures = list(dict.fromkeys(t for c in params if c is not None
+                                               for t in [c.params.get("target")] if isinstance(t, HostFailure)))
+
+        def pytest_keyboard_interrupt(self, excinfo) -> None:
+            self.interrupted = True
+
+    outcome = Outcome()
+    status = int(pytest.main(pytest_args(args), plugins=[outcome]))
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    if status not in (OK, FINDING):  # pytest's 2-5: interrupted by errors, internal or usage error, nothing to run
+        return NOT_CHECKED
+    # a host not reached is 2 (its checks failed: pytest's 1), a refused one 1, as for the other commands
+    return exit_status({**{str(i): f for i, f in enumerate(outcome.failures)}, "checks": status},
+                       lambda pytest_status: pytest_status == FINDING)

@@ -66,8 +66,8 @@ from roles.bench.report import InstanceBench, table
 from roles.bench.figures import Level
 doc = json.load(open(sys.argv[1]))
 for host, rows in doc["hosts"].items():
-    if isinstance(rows, str):
-        print(host, rows); continue
+    if isinstance(rows, dict):  # not benched: {"error": "unreachable"|"refused"|"failed", "cause": ...}
+        print(host, f"{rows['error']}: {rows['cause']}"); continue
     for r in rows:
         r["levels"] = [Level(**{**lv, "errors": tuple(lv["errors"])}) for lv in r["levels"]]
         for k in ("vram_ratio", "decode_tps", "roofline", "peak_vram_mib"):  # as_dict's derived figures

@@ -33,13 +33,13 @@ gpu = [("@local", {{
 ''')
 
 from roles.llama_cpp.decide import CONFIG_DIR, environment  # noqa: E402
-from v100kit.hosts import for_each_host  # noqa: E402
+from v100kit.hosts import HostFailure, for_each_host  # noqa: E402
 from v100kit.plan import summarize, table  # noqa: E402
 
 plans = for_each_host(str(state / "inventory.py"), None, lambda host, plan: (summarize(host, plan), plan))
 result = plans["@local"]
-if isinstance(result, str):
-    sys.exit(f"the preflight refused this machine:\n{result}")
+if isinstance(result, HostFailure):
+    sys.exit(f"the preflight refused this machine ({result.error}):\n{result.cause}")
 summary, plan = result
 print(table({"@local": summary}))
 if os.environ.get("DRY"):  # a check of the inventory and the preflight alone, changing nothing

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import testinfra
 
+from v100kit.hosts import HostFailure
 from v100kit.verify.expect import Target, target
 from v100kit.verify.readonly import guard
 
@@ -23,10 +24,10 @@ def pytest_addoption(parser):
                      "pin: its packages are then not checked)")
 
 
-_TARGETS: dict[str, Target | str] = {}
+_TARGETS: dict[str, Target | HostFailure] = {}
 
 
-def targets(config) -> dict[str, Target | str]:
+def targets(config) -> dict[str, Target | HostFailure]:
     """{host name: Target, or why the host cannot be checked}, computed once per run (read-only: facts only)."""
     if not _TARGETS:
         from v100kit.hosts import for_each_host
@@ -53,7 +54,7 @@ _HOSTS: dict[str, testinfra.host.Host] = {}
 @pytest.fixture(scope="session")
 def host(target) -> testinfra.host.Host:
     """The testinfra host of `target`, every command of which passes the read-only guard (readonly.py)."""
-    if isinstance(target, str):
+    if isinstance(target, HostFailure):
         pytest.fail(f"this host cannot be checked: {target}", pytrace=False)
     if target.name not in _HOSTS:
         _HOSTS[target.name] = guard(testinfra.get_host(target.url))

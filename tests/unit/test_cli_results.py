@@ -1,0 +1,354 @@
+"""Issue 29, "Scripts cannot trust the commands' results": one exit status for every subcommand (0 all good, 1 a
+finding, 2 a host not reached or bad input, 130 interrupted with one line and no traceback; v100kit/cli.py's
+docstring), --json failures as objects with their cause (v100kit/hosts.py HostFailure), and `v100kit --version`.
+
+The hosts are pyinfra's @fake connector answering a bare Debian 13 box's facts (tests/plan/harness.py): the
+commands' own for_each_host connects, runs the real preflight and the command's function. "@fake/gone" fails to
+connect the way pyinfra's connectors do (ConnectError from connect(), which pyinfra logs and reports to the
+host_connect_error callback); one test reaches a closed TCP port over pyinfra's SSH connector instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.api.exceptions import ConnectError
+from pyinfra.connectors.fake import FakeConnector
+
+from roles.bench import sweep as sweeping
+from roles.bench.report import InstanceBench
+from roles.doctor.checks import Row
+from tests.plan.harness import BARE_METAL, DEBIAN_13, ROOT
+from v100kit import bench, cli, doctor, offline, plan, verify
+from v100kit.cli import main
+from v100kit.hosts import FAILED, REFUSED, UNREACHABLE, HostFailure, exit_status
+
+FAKE = {"fake_responses": {**BARE_METAL, "cat /etc/os-release": DEBIAN_13}, "fake_delay": 0, "fake_delay_jitter": 0}
+GOOD, REFUSED_HOST, GONE = "@fake/good", "@fake/refused", "@fake/gone"
+HOSTS = {GOOD: FAKE, REFUSED_HOST: {**FAKE, "base_ca_certificates": ["/nonexistent/proxy-ca.pem"]}, GONE: FAKE}
+#: what pyinfra's SSH connector says of a refused connection (connectors/ssh.py raise_connect_error)
+GONE_CAUSE = "Could not connect ([Errno 111] Connection refused)"
+COMMANDS = ["plan", "doctor", "bench"]
+
+
+@pytest.fixture
+def inventory(tmp_path, monkeypatch) -> str:
+    """An inventory file of the three fake hosts; GONE's connection fails as a refused SSH connection does."""
+    path = tmp_path / "inventory.py"
+    path.write_text(f"boxes = {list(HOSTS.items())!r}\n")
+    monkeypatch.chdir(ROOT)  # the commands move there (group_data/); the test's directory comes back after it
+    connect = FakeConnector.connect
+
+    def refusing(self):
+        if self.host.name == GONE:
+            raise ConnectError(GONE_CAUSE)
+        return connect(self)
+
+    monkeypatch.setattr(FakeConnector, "connect", refusing)
+    return str(path)
+
+
+@pytest.fixture
+def doctor_all_ok(monkeypatch):
+    """The doctor's checks all ok on a reached host (the fake bare box would have broken rows: no driver)."""
+    monkeypatch.setattr(doctor, "diagnose", lambda host, plan: [Row("driver packages", "ok", "pinned")])
+
+
+def status(argv: list[str]) -> int:
+    """main's exit status, argparse's own exits (SystemExit) included; a KeyboardInterrupt main lets out fails the
+    test (instead of stopping this pytest run)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+    except KeyboardInterrupt:
+        pytest.fail(f"KeyboardInterrupt escaped main({argv})")
+
+
+def run_json(capsys, argv: list[str]) -> tuple[int, dict]:
+    code = status([*argv, "--json"])
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    return code, doc["hosts"] if argv[0] == "bench" else doc
+
+
+# --- exit status ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_all_good_exits_0(command, inventory, doctor_all_ok, capsys):
+    assert status([command, inventory, "--limit", GOOD]) == 0, capsys.readouterr()
+
+
+def test_a_broken_check_exits_1(inventory):
+    """The fake box has no driver: the doctor's real checks say broken."""
+    assert status(["doctor", inventory, "--limit", GOOD]) == 1
+
+
+def test_a_flagged_instance_exits_1(inventory, monkeypatch):
+    flagged = InstanceBench(GOOD, "llama-server@tiny", "llama.cpp", flags=["not on the GPU: 0 MiB in nvidia-smi"])
+    monkeypatch.setattr(bench, "bench_host", lambda host, plan, *a: [flagged])
+    assert status(["bench", inventory, "--limit", GOOD]) == 1
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_refused_settings_exit_1_and_json_lists_the_problems(command, inventory, doctor_all_ok, capsys):
+    code, hosts = run_json(capsys, [command, inventory, "--limit", GOOD, "--limit", REFUSED_HOST])
+    assert code == 1
+    refused = hosts[REFUSED_HOST]
+    assert set(refused) == {"error", "cause", "problems"} and refused["error"] == "refused", refused
+    assert refused["cause"].startswith(f"invalid settings for host {REFUSED_HOST}, nothing was changed:")
+    assert len(refused["problems"]) == 1 and refused["problems"][0].startswith(
+        "base_ca_certificates = '/nonexistent/proxy-ca.pem': not a PEM certificate file") and "Fix:" in \
+        refused["problems"][0]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_unreachable_host_exits_2_and_json_says_why(command, inventory, doctor_all_ok, capsys):
+    """2 outranks the finding (the refused host) and the good host beside it; the good host keeps its shape."""
+    code, hosts = run_json(capsys, [command, inventory])
+    assert code == 2
+    assert list(hosts) == [GOOD, REFUSED_HOST, GONE]  # inventory order, failures in place
+    assert hosts[GONE] == {"error": "unreachable", "cause": GONE_CAUSE}
+    good = hosts[GOOD]
+    if command == "plan":
+        assert good["platform"] == "debian13" and good["instances"] == {}
+    elif command == "doctor":
+        assert good == [{"check": "driver packages", "state": "ok", "evidence": "pinned", "fix": ""}]
+    else:
+        assert good == []  # no instance to bench: measured, nothing flagged
+
+
+@pytest.mark.parametrize("command, says", [("plan", f"== {GONE}: UNREACHABLE\n{GONE_CAUSE}"),
+                                           ("doctor", f"== {GONE}\n   cannot diagnose: unreachable: {GONE_CAUSE}"),
+                                           ("bench", f"== {GONE}\n   cannot bench: unreachable: {GONE_CAUSE}")])
+def test_the_table_says_the_cause(command, says, inventory, doctor_all_ok, capsys):
+    assert status([command, inventory, "--limit", GONE]) == 2
+    assert says in capsys.readouterr().out
+
+
+def test_only_unreachable_hosts_exit_2(inventory, doctor_all_ok, capsys):
+    """pyinfra gives up (PyinfraError) when no host at all answers: each host is still said, with its cause."""
+    code, hosts = run_json(capsys, ["doctor", inventory, "--limit", GONE])
+    assert code == 2 and hosts == {GONE: {"error": "unreachable", "cause": GONE_CAUSE}}
+
+
+def test_a_closed_ssh_port_is_unreachable_with_the_connectors_message(tmp_path, monkeypatch, capsys):
+    """Over pyinfra's real SSH connector: a port nothing listens on (connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f'boxes = [("127.0.0.1", {{"ssh_port": {port}, "ssh_user": "nobody"}})]\n')
+    monkeypatch.chdir(ROOT)
+    code, hosts = run_json(capsys, ["plan", str(inventory)])
+    assert code == 2
+    assert hosts["127.0.0.1"]["error"] == "unreachable" and f"port {port} on 127.0.0.1" in hosts["127.0.0.1"]["cause"]
+
+
+def test_a_command_failing_on_a_reached_host_exits_2(inventory, monkeypatch, capsys):
+    """A PyinfraError other than a refusal (a fact's command failing): the host was not planned."""
+    from pyinfra.api.exceptions import PyinfraError
+
+    def fails(host, plan):
+        raise PyinfraError("fact KernelMetapackages failed: dpkg: command not found")
+
+    monkeypatch.setattr(plan, "summarize", fails)
+    code, hosts = run_json(capsys, ["plan", inventory, "--limit", GOOD])
+    assert code == 2 and hosts[GOOD] == {"error": "failed",
+                                         "cause": "fact KernelMetapackages failed: dpkg: command not found"}
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "{inv}", "--limit", "no-such-host"],
+    ["doctor", "inventory/no-such-file.py"],
+    ["bench", "{inv}", "--requests", "0"],
+    ["bench", "{inv}", "--concurrency", "one"],
+    ["plan", "{inv}", "--no-such-option"],
+    ["verify"],
+    ["lab", "no-such-action"],
+    ["no-such-command"],
+    ["plan", "{inv}", "--", "-v"],
+], ids=["limit-typo", "no-inventory", "bad-load", "not-a-number", "unknown-option", "missing-argument",
+        "bad-choice", "unknown-command", "passthrough"])
+def test_bad_input_exits_2(argv, inventory, capsys):
+    assert status([a.format(inv=inventory) for a in argv]) == 2
+    assert capsys.readouterr().err  # said on stderr
+
+
+@pytest.mark.parametrize("results, expected", [
+    ({}, 0),
+    ({"a": [1], "b": []}, 0),
+    ({"a": [1], "b": [2]}, 1),
+    ({"a": [], "b": HostFailure(REFUSED, "invalid", ("x",))}, 1),
+    ({"a": [2], "b": HostFailure(UNREACHABLE, "Could not connect")}, 2),
+    ({"a": HostFailure(REFUSED, "invalid"), "b": HostFailure(FAILED, "fact failed")}, 2),
+])
+def test_exit_status_maps_the_hosts_results(results, expected):
+    assert exit_status(results, lambda r: 2 in r) == expected
+
+
+# --- verify --------------------------------------------------------------------------------------------------------
+
+def fake_pytest(monkeypatch, rc: int, targets: list = (), interrupted: bool = False) -> None:
+    """pytest.main as verify.run calls it: the plugin sees the collected `target` parameters (and the interrupt,
+    which pytest itself catches and returns as 2)."""
+    import pytest as real
+
+    def main_(args, plugins):
+        (outcome,) = plugins
+        outcome.pytest_collection_modifyitems([SimpleNamespace(callspec=SimpleNamespace(params={"target": t}))
+                                               for t in targets] + [SimpleNamespace()])
+        if interrupted:
+            outcome.pytest_keyboard_interrupt(None)
+        return rc
+
+    monkeypatch.setattr(real, "main", main_)
+
+
+@pytest.mark.parametrize("rc, targets, expected", [
+    (0, ["a target"], 0),
+    (1, ["a target"], 1),  # a check failed
+    (1, [HostFailure(REFUSED, "invalid settings")], 1),  # the host's one failing check says the refusal
+    (1, ["a target", HostFailure(UNREACHABLE, GONE_CAUSE)], 2),
+    (1, [HostFailure(FAILED, "fact failed")], 2),
+    (2, [], 2),  # pytest: interrupted by collection errors
+    (3, [], 2),  # pytest: internal error
+    (4, [], 2),  # pytest: usage error
+    (5, [], 2),  # pytest: no tests collected
+], ids=["passed", "failed", "refused", "unreachable", "failed-on-host", "errors", "internal", "usage", "no-tests"])
+def test_verify_exit_status(rc, targets, expected, monkeypatch):
+    fake_pytest(monkeypatch, rc, targets)
+    args = argparse.Namespace(inventory="inventory/example.py", limit=None, expect_driver_version=None,
+                              junitxml=None, passthrough=[])
+    assert verify.run(args) == expected
+
+
+def test_verify_of_an_unreachable_host_exits_2(tmp_path):
+    """The suite itself (a subprocess, as a user runs it) against a closed SSH port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f'boxes = [("127.0.0.1", {{"ssh_port": {port}, "ssh_user": "nobody"}})]\n')
+    res = subprocess.run([sys.executable, "-m", "v100kit.cli", "verify", str(inventory)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "this host cannot be checked: unreachable: Could not connect" in res.stdout, res.stdout[-3000:]
+
+
+# --- --version -----------------------------------------------------------------------------------------------------
+
+def test_version_prints_the_package_version_and_exits_0(capsys):
+    from importlib.metadata import version
+
+    assert status(["--version"]) == 0
+    assert capsys.readouterr().out == f"v100kit {version('v100kit')}\n"
+
+
+def test_version_falls_back_to_the_packages_own(monkeypatch):
+    import importlib.metadata
+    import tomllib
+
+    import v100kit
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert cli.version() == v100kit.__version__
+    assert v100kit.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+# --- Ctrl-C --------------------------------------------------------------------------------------------------------
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("command", ["plan", "doctor", "bench", "verify", "offline", "lab"])
+def test_ctrl_c_exits_130_with_one_line(command, inventory, monkeypatch, capsys, tmp_path):
+    argv = [command, inventory]
+    if command in ("plan", "doctor", "bench"):
+        monkeypatch.setattr({"plan": plan, "doctor": doctor, "bench": bench}[command], "for_each_host", interrupt)
+    elif command == "verify":
+        fake_pytest(monkeypatch, 2, interrupted=True)  # pytest catches Ctrl-C itself and returns 2
+    elif command == "offline":
+        monkeypatch.setattr(offline, "fill", interrupt)
+        argv = ["offline", "fill", str(tmp_path / "dir"), inventory]
+    else:
+        import lab.cli
+        monkeypatch.setattr(lab.cli, "Lab", interrupt)
+        argv = ["lab", "list"]
+    assert status(argv) == 130
+    captured = capsys.readouterr()
+    progress = captured.err.splitlines()[:-1]  # the bench says its bounds first
+    assert captured.err.endswith("interrupted\n") and progress == (["bench: per instance at most 49 requests and "
+                                                                    "660 s (depths 256 x concurrency 1,4,8)"]
+                                                                   if command == "bench" else [])
+    assert "Traceback" not in captured.out + captured.err
+
+
+def test_sigint_exits_130_without_a_traceback(tmp_path):
+    """A real SIGINT to v100kit.cli's main while `plan` reads the hosts (gevent's loop running: it would print
+    "KeyboardInterrupt" and a timestamp of its own)."""
+    script = ("import sys, time\n"
+              "import v100kit.plan\n"
+              "def reading(*a, **k):\n"
+              "    print('reading', file=sys.stderr, flush=True)\n"
+              "    time.sleep(60)\n"
+              "v100kit.plan.for_each_host = reading\n"
+              "from v100kit.cli import main\n"
+              "sys.exit(main(['plan', 'inventory/example.py']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stderr.readline() == "reading\n"
+        time.sleep(0.5)  # inside the sleep: gevent's loop (pyinfra's CLI patches time) runs when SIGINT lands
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and err == "interrupted\n" and "Traceback" not in out, (proc.returncode, out, err)
+
+
+def test_ctrl_c_during_a_sweep_starts_the_service_again_then_exits_130(monkeypatch, capsys):
+    """bench --sweep: Ctrl-C while an alternative is measured stops it, starts the service again (roles/bench/
+    sweep.py run's finally), is not taken for one instance's failure (bench_host records those as flags) and
+    ends the command with 130."""
+    done = []
+
+    class Control:
+        def stop_service(self):
+            done.append("stop service")
+
+        def start_service(self):
+            done.append("start service")
+
+        def start_alternative(self, args):
+            done.append("start alternative")
+            return 1
+
+        def stop_alternative(self, handle):
+            done.append("stop alternative")
+
+    def bench_instance(host, plan_, engine, inst, sole, load, do_sweep, sweep_load):
+        assert do_sweep
+        return sweeping.run(Control(), [("-np 4", ["-np", "4"])], interrupt, lambda line: None)
+
+    monkeypatch.setattr(bench, "bench_instance", bench_instance)
+    host_plan = SimpleNamespace(llama_cpp=SimpleNamespace(instances=[SimpleNamespace(name="tiny")]), vllm=None)
+    monkeypatch.setattr(bench, "for_each_host", lambda inventory, limit, fn: {GOOD: fn(SimpleNamespace(name=GOOD),
+                                                                                        host_plan)})
+    assert status(["bench", "inventory/example.py", "--sweep"]) == 130
+    assert done == ["stop service", "start alternative", "stop alternative", "start service"]
+    assert capsys.readouterr().err.endswith("\ninterrupted\n")
