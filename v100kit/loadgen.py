@@ -152,6 +152,44 @@ def run_level(url: str, key: str | None, model: str, load: Load, concurrency: in
     return sorted(samples, key=lambda s: s.start_s)
 
 
+def count_tokens(url: str, key: str | None, model: str, text: str, timeout: float = 60) -> int | None:
+    """How many tokens the server's own tokenizer makes of `text` (the prompt's tokens, without the BOS a
+    completion adds): llama-server's POST /tokenize {"content"} -> {"tokens": [...]}, else vLLM's POST /tokenize
+    {"model", "prompt"} -> {"count"}; None when neither answers."""
+    for body, read in (({"content": text}, lambda d: len(d["tokens"])),
+                       ({"model": model, "prompt": text}, lambda d: d.get("count", len(d["tokens"])))):
+        try:
+            conn, base = _connection(url, timeout)
+            conn.request("POST", base + "/tokenize", body=json.dumps(body),
+                         headers={"Content-Type": "application/json",
+                                  **({"Authorization": f"Bearer {key}"} if key else {})})
+            r = conn.getresponse()
+            data = r.read()
+            conn.close()
+            if r.status == 200:
+                return int(read(json.loads(data)))
+        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+            continue
+    return None
+
+
+def words_for(depth: int, count: Callable[[str], int | None], run: str = "") -> tuple[int, str]:
+    """The number of prompt words (figures.prompt) that makes about `depth` tokens with the server's tokenizer:
+    (words, note). A tokenizer need not make one token of each word (a model with a made-up vocabulary spells
+    English byte by byte: 16384 words were 117k tokens on the H200 run), so the words are scaled by what the
+    server counts, twice (the ratio is nearly constant). Without a /tokenize: `depth` words, and the note says so.
+    Depth 0: the request's label alone."""
+    if depth <= 0:
+        return 0, ""
+    words = depth
+    for _ in range(2):
+        n = count(prompt(words, 0, run))
+        if not n:
+            return depth, "no /tokenize on the server: one word per token assumed"
+        words = max(1, round(words * depth / n))
+    return words, f"{words} words for {depth} tokens (the server's /tokenize)"
+
+
 def measure(url: str, key: str | None, model: str, load: Load,
             say: Callable[[str], None] = lambda line: None,
             vram: Callable[[], object] | None = None) -> tuple[list[Level], list[Sample]]:
@@ -162,15 +200,18 @@ def measure(url: str, key: str | None, model: str, load: Load,
     numbers, run = itertools.count().__next__, run_id()
     levels, all_samples = [], []
     for depth in load.depths:
+        words, note = words_for(depth, lambda text: count_tokens(url, key, model, text), run)
+        if note:
+            say(f"depth {depth}: {note}")
         t0 = time.monotonic()
         for _ in range(load.warmup_requests):
-            stream_completion(url, key, request_body(load, model, depth, numbers(), run), load.request_timeout_s, t0)
+            stream_completion(url, key, request_body(load, model, words, numbers(), run), load.request_timeout_s, t0)
         for c in load.concurrency:
             sampler = vram() if vram is not None else None
             try:
                 samples = run_level(url, key, model, load, c,
                                     lambda done, total, c=c: say(f"depth {depth} concurrency {c}: {done}/{total} "
-                                                                 "requests"), depth, numbers, run)
+                                                                 "requests"), words, numbers, run)
             finally:
                 peak, note = sampler.stop() if sampler is not None else (None, "not sampled")
             levels.append(dataclasses.replace(level(c, samples, depth), peak_vram_mib=peak, peak_vram_note=note))

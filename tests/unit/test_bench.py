@@ -84,7 +84,8 @@ class FakeServer:
     """Streams `tokens` chunks of `text` (default: word0 word1 ...) per completion, `delay` seconds apart; records each request."""
 
     def __init__(self, text: str | None = None, tokens: int = 4, delay: float = 0.0):
-        self.requests: list[dict] = []
+        self.requests: list[dict] = []  # the completion requests
+        self.tokenized: list[dict] = []  # the /tokenize requests (the bench's prompt calibration)
         self.auth: list[str] = []
         outer = self
 
@@ -101,6 +102,14 @@ class FakeServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":  # llama-server's: one token per word here; not a counted request
+                    outer.tokenized.append(body)
+                    data = json.dumps({"tokens": list(range(len(body.get("content", "").split())))}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 outer.requests.append(body)
                 outer.auth.append(self.headers.get("Authorization", ""))
                 self.send_response(200)

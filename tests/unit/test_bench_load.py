@@ -430,3 +430,62 @@ def test_the_sampler_thread_ends_with_its_level():
     before = threading.active_count()
     vram.PeakVram(lambda c: "#no-nvidia-smi\n", 1, True, interval_s=0.01).start().stop()
     assert threading.active_count() == before
+
+
+def test_prompt_words_are_scaled_to_the_servers_token_count():
+    """A tokenizer that makes 7 tokens of every word (the H200 run's made-up vocabulary spelled English byte by
+    byte): 16384 tokens need 16384 / 7 words, and the prompt built with them counts 16384 tokens within a word."""
+    from roles.bench.figures import prompt
+    from v100kit.loadgen import words_for
+
+    def count(text):
+        return 7 * len(text.split())
+
+    words, note = words_for(16384, count, "r")
+    assert abs(count(prompt(words, 0, "r")) - 16384) <= 7 and "server's /tokenize" in note
+    assert words_for(0, count) == (0, "")
+    assert words_for(512, lambda text: None) == (512, "no /tokenize on the server: one word per token assumed")
+
+
+def test_count_tokens_asks_the_servers_tokenize_endpoint_with_the_key():
+    """A stand-in llama-server on a local port answering POST /tokenize {"content"} -> {"tokens": [...]} (its
+    tools/server README); a vLLM-style one answering {"count"} only to {"model", "prompt"}."""
+    import http.server
+    import json
+    import threading
+
+    from v100kit.loadgen import count_tokens
+
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, self.headers.get("Authorization"), body))
+            if "content" in body and self.server.kind == "llama":
+                out = {"tokens": list(range(len(body["content"].split()) * 2))}
+            elif "prompt" in body and self.server.kind == "vllm":
+                out = {"count": len(body["prompt"].split()) * 3, "tokens": []}
+            else:
+                self.send_response(400)
+                self.end_headers()
+                return
+            data = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    for kind, per_word in (("llama", 2), ("vllm", 3)):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        srv.kind = kind
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{srv.server_address[1]}"
+            assert count_tokens(url, "k3y", "m", "a b c d") == 4 * per_word
+        finally:
+            srv.shutdown()
+    assert all(path == "/tokenize" and auth == "Bearer k3y" for path, auth, _ in seen)
