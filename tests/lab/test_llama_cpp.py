@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -18,7 +19,7 @@ from lab.data import LLAMA_PORTS, api_key_file
 from lab.sources import llama_cpp_default_source, sha256_of
 from roles.llama_cpp.decide import CURRENT
 from roles.llama_cpp.versions import DEFAULT_SOURCE
-from lab.provision import deploy
+from lab.provision import CCACHE_HITS, CCACHE_MISSES, ccache_stats, deploy
 from v100kit.doctor import diagnose_all as doctor
 
 UNIT = "llama-server@tiny"
@@ -218,13 +219,31 @@ def test_failing_build_leaves_current_build_and_service(rebuild_target, tmp_path
     assert http(LLAMA_PORTS[REBUILD_HOST], "/health")[0] == 200
 
 
+#: the one compiled file the changed tree changes: a CUDA file no other file includes
+CHANGED_FILE = "ggml/src/ggml-cuda/arange.cu"
+
+
+def change_one_file(tree: Path) -> None:
+    (tree / "V100KIT-LAB").write_text("a changed tree\n")
+    # changes what the compiler sees, not only bytes; a new name each run, so that a warm compiler cache from an
+    # earlier run has no entry for it either
+    with (tree / CHANGED_FILE).open("a") as f:
+        f.write(f"\nstatic const int v100kit_lab_changed_{secrets.token_hex(8)} = 1;\n")
+
+
 @pytest.mark.disruptive
-def test_ref_change_builds_new_prefix_keeps_old_and_rolls_back(rebuild_target, tmp_path):
+def test_ref_change_builds_new_prefix_keeps_old_and_rolls_back(rebuild_target, provisioned, tmp_path):
     t = rebuild_target
     old_prefix, old_invocation, old_starts = current(t), invocation(t), starts(t)
-    changed = repacked(tmp_path, "changed", lambda tree: (tree / "V100KIT-LAB").write_text("a changed tree\n"))
+    changed = repacked(tmp_path, "changed", change_one_file)
+    provisioned.lab.run(t.spec, "ccache --zero-stats")
     run = deploy("llama-ref-change", source_args("lab-changed", changed))
     assert run.rc == 0, run.stderr[-3000:]
+    # the compiler cache's key: a new ref and prefix, one changed file, so one compilation missed (ccache's own
+    # counters); every other object came from the cache (the build tree's path is the same for every ref)
+    stats = ccache_stats(provisioned.lab.run(t.spec, "ccache --print-stats")[1])
+    assert sum(stats.get(k, 0) for k in CCACHE_MISSES) == 1, stats
+    assert sum(stats.get(k, 0) for k in CCACHE_HITS) >= 200, stats
     assert [op for op in run.changed_ops[REBUILD_HOST] if op.startswith("llama.cpp | build lab-changed-")]
     new_prefix = current(t)
     assert new_prefix != old_prefix and Path(new_prefix).name.startswith("lab-changed-sm70-")
