@@ -10,8 +10,8 @@ GiB = 1 << 30
 #: peak resident memory of one compile job of the CUDA build (one nvcc and the cicc/ptxas it runs): measured on the
 #: lent H200 for the default pin's 144 CUDA objects (tools/gpu/bench/rss.py as CMake's CUDA compiler launcher,
 #: getrusage of nvcc's children): at most 703 MiB (argsort.cu), 390 MiB on average, the flash-attention
-#: instances 412-416 MiB; built for sm_90 with that machine's nvcc 13.0.88 (CUDA 13 cannot build sm_70), so rounded up to
-#: 1 GiB for an sm_70 build and another toolkit. (M for sm_70)
+#: instances 412-416 MiB; built for sm_90 with that machine's nvcc 13.0.88 (CUDA 13 cannot build sm_70), so
+#: rounded up to 1 GiB for an sm_70 build and another toolkit. (M for sm_70)
 NVCC_JOB_BYTES = 1 * GiB
 
 #: memory kept out of the build for the OS and the services running there: an idle Debian/Ubuntu server (systemd,
