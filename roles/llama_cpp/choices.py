@@ -93,7 +93,7 @@ def choose_kv(key: str, inst: LlamaCppInstance, head_k: int | None, head_v: int 
     if where == "gpu" or inst.allow_cpu_attention:
         return choice, []
     what = {"cpu": "runs attention on the CPU (tens of times slower)", "abort": "aborts llama-server at the first "
-            "request (no kernel compiled for this pair)", "refused": "is refused by llama.cpp"}[where]
+            "request (no kernel compiled for this pair)", "refused": "refuses the pair"}[where]
     works = ", ".join(working_pairs(form, cc, head_k, hv, all_quants)) or "none"
     return choice, [problem(f"{key}.cache_type_k", f"{k}/{v}", f"with flash_attn {'on' if fa else 'off'} at this "
                             f"model's head size {head_k}, llama.cpp {what} ({source})",
@@ -130,12 +130,29 @@ def architecture_problems(key: str, architecture: str, known: frozenset[str] | N
                     f"{architecture!r} (not in its src/llama-arch.cpp): the service would start and then fail", fix)]
 
 
-def context_problems(key: str, inst: LlamaCppInstance, trained: int) -> list[str]:
+def context_problems(key: str, inst: LlamaCppInstance, trained: int, caps_slots: bool = False) -> list[str]:
     """A context per request (the `context` setting, tokens; unset: chosen within the trained context) above the
     model's trained context (`trained`, 0: not recorded) needs rope scaling (rope_scaling, rope_scale /
-    yarn_orig_ctx) or allow_context_beyond_training."""
+    yarn_orig_ctx) or allow_context_beyond_training.
+
+    caps_slots: the tree's server caps every slot at the trained context (tools/server/server-context.cpp
+    n_ctx_slot(): min(..., llama_model_n_ctx_train)), which only YaRN with a custom scale raises, to yarn_orig_ctx
+    x rope_scale (src/llama-context.cpp: "custom YaRN scaling detected, re-adjusting n_ctx_train"). There a longer
+    context would be paid for in the KV pool and never served, so it is refused unless YaRN raises the cap that far."""
     per_slot = inst.context
-    if not per_slot or not trained or per_slot <= trained or inst.rope_scaling or inst.allow_context_beyond_training:
+    if not per_slot or not trained or per_slot <= trained:
+        return []
+    yarn_cap = ((inst.yarn_orig_ctx or trained) * inst.rope_scale
+                if inst.rope_scaling == "yarn" and inst.rope_scale else None)
+    if caps_slots and (yarn_cap is None or per_slot > yarn_cap):
+        cap = int(yarn_cap or trained)
+        return [problem(f"{key}.context", inst.context, f"this llama.cpp serves at most {cap} tokens per request "
+                        "(each slot is capped at the model's trained context, which only YaRN with a rope_scale "
+                        "raises: tools/server/server-context.cpp n_ctx_slot), so the rest of the KV pool would be "
+                        "paid for and never used",
+                        f"set context to at most {cap} (or leave it unset), or rope_scaling: yarn with yarn_orig_ctx: "
+                        f"{inst.yarn_orig_ctx or trained} and rope_scale {per_slot / (inst.yarn_orig_ctx or trained):g}")]
+    if inst.rope_scaling or inst.allow_context_beyond_training:
         return []
     return [problem(f"{key}.context", inst.context, f"{per_slot} tokens per request is beyond the {trained} tokens "
                     "the model was trained for: without rope scaling its output degrades",

@@ -220,12 +220,15 @@ def planner_for(s: LlamaCppInstance, model: planner.GgufModel, settings: Setting
     n_gpus = len(s.gpus) if s.gpus else gpu_count(settings, gpus)
     gpu_name = "h200" if gpus and "H200" in gpus[0]["name"] else "v100"  # the rows measured or bounded
     context_bytes = planner.llama_cpp_cuda_context_bytes(gpu_name, cuda_version) if cuda_version else None
+    # llama.cpp's physical batch is at most the logical one (src/llama-context.cpp: cparams.n_ubatch =
+    # min(n_batch, n_ubatch); common/common.h defaults 2048 and 512): the compute buffer is reserved for it
+    n_ubatch = min(s.ubatch_size or planner.LLAMA_CPP_N_UBATCH, s.batch_size or 2048)
 
     def plan(context: int, slots: int, kv: KvChoice) -> planner.Plan:
         return planner.plan_llama_cpp(model, gpu_mib, n_gpus, context, kv.cache_type_k, kv.cache_type_v, slots,
                                       fraction, s.n_gpu_layers,
                                       flash_attn=kv.flash_attn is not False and kv.flash_attn is not None,
-                                      cuda_context_bytes=context_bytes)
+                                      cuda_context_bytes=context_bytes, n_ubatch=n_ubatch)
     return plan
 
 
@@ -321,7 +324,9 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
                                           "give a GGUF model file")], None
     newer = [ref for ref, src in SOURCES.items() if ref != tree.ref and model.architecture in (src.architectures or ())]
     problems = model_architecture_problems(key, model.architecture, tree.architectures, tree.ref, newer)
-    problems += context_problems(key, inst, model.context_length)
+    # the trees with --kv-unified-per-slot cap each slot at the trained context (read in the 0.3.36 tree's
+    # server-context.cpp n_ctx_slot)
+    problems += context_problems(key, inst, model.context_length, caps_slots=tree.can_unify)
     kvs, more = kv_candidates(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
                               compute_capability(settings, gpus), tree.fa_all_quants)
     chosen = serving.choose(inst.parallel, inst.context, model.context_length, kvs,
@@ -339,6 +344,9 @@ def _unify(inst: LlamaCppInstance, tree: Tree) -> bool:
 def kv_unified_problems(key: str, inst: LlamaCppInstance, tree: Tree) -> list[str]:
     """kv_unified: true needs a tree with -kvu and --kv-unified-per-slot (else one request could fill the pool and
     fail every other: tools/server/server-context.cpp "Context size has been exceeded")."""
+    if inst.kv_unified and inst.parallel == 1:
+        return [problem(f"{key}.kv_unified", True, "one slot has no pool to share",
+                        "leave kv_unified unset, or set parallel above 1")]
     if not inst.kv_unified or tree.can_unify:
         return []
     return [problem(f"{key}.kv_unified", True, f"llama.cpp {tree.ref} has no --kv-unified-per-slot"

@@ -37,8 +37,8 @@ def build_jobs(setting: int | None, cpus: int | None, memory_bytes: int | None) 
     positive): FALLBACK_JOBS, and the reason says so.
 
     The rule: max(1, min(cpus, (memory_bytes - RESERVE_BYTES) // NVCC_JOB_BYTES)), where RESERVE_BYTES (2 GiB) is
-    kept for the OS and running services and NVCC_JOB_BYTES is the peak memory of one nvcc job (for now the upper
-    bound, 2 GiB, of the issue's 1-2 GiB estimate; to be replaced by a measured peak RSS)."""
+    kept for the OS and running services and NVCC_JOB_BYTES (1 GiB) is the peak memory of one nvcc job, measured
+    (see the constant)."""
     if setting is not None:
         return setting, f"-j {setting}: llama_cpp_build_jobs = {setting}"
     if not cpus or cpus < 1 or not memory_bytes or memory_bytes < 1:

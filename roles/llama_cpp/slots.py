@@ -28,10 +28,14 @@ SLOT_CANDIDATES = (8, 4, 2, 1)
 #: The shortest context per request an unset `context` may shrink to before a smaller KV type or fewer slots are
 #: tried, tokens (the toolkit's former default; capped at the model's trained context).
 CONTEXT_FLOOR = 8192
-#: Where the model's header is not readable before the deploy (a URL): llama-server's own automatic slots
-#: (tools/server/server.cpp: "n_parallel is set to auto, using n_parallel = 4 and kv_unified = true") in the pool of
-#: the former default (-c 8192), since nothing can be checked against the GPU's memory.
-UNREAD_SLOTS, UNREAD_POOL = 4, 8192
+#: Where the model's header is not readable before the deploy (a URL, a file already on the host): llama-server's
+#: own automatic slots (tools/server/server.cpp: "n_parallel is set to auto, using n_parallel = 4 and kv_unified =
+#: true"), each of CONTEXT_FLOOR tokens; nothing is checked against the GPU's memory then, and the plan says so.
+UNREAD_SLOTS = 4
+#: Memory an automatically grown context leaves free on each GPU, as a share of its VRAM: the planner's largest
+#: underestimate against the measured llama-server totals (README: "none more than 2 % under";
+#: tests/data/llama_cpp_memory_measured.json), so that a pool sized to the last MiB still starts.
+GROWTH_MARGIN = 0.02
 #: llama.cpp pads the KV cache to a multiple of 256 cells (src/llama-context.cpp GGML_PAD(n_ctx_seq, 256)).
 PAD = 256
 #: Single-stream decode speed with a q8_0 KV cache over f16, by depth in tokens (H200, default pin's tree,
@@ -91,18 +95,33 @@ def choose(slots_set: int | None, context_set: int | None, trained: int, candida
             p = plan(want, slots, kv)
             if not p.fits:
                 continue
-            context = want
-            if context_set is None:
-                context = max(want, _floor(min(p.max_context_that_fits, trained or want)))
+            context = want if context_set else max(want, _grown(want, trained, slots, kv, p, plan))
             return _serving(slots, context, kv, slots_set, context_set, trained, can_unify, candidates)
-    return _serving(slot_tries[-1], want, candidates[-1], slots_set, context_set, trained, can_unify, candidates)
+    return _serving(slot_tries[-1], want, candidates[-1], slots_set, context_set, trained, can_unify, candidates,
+                    fits=False)
+
+
+def _grown(want: int, trained: int, slots: int, kv: KvChoice, p: Plan, plan: Callable[[int, int, KvChoice], Plan]
+           ) -> int:
+    """The longest context per slot that fits (Plan.max_context_that_fits, at most the trained context) in multiples
+    of PAD, less what keeps GROWTH_MARGIN of each GPU free; at least `want` is the caller's business."""
+    c = _floor(min(p.max_context_that_fits, trained or want))
+    if c <= want:
+        return c
+    q = plan(c, slots, kv)
+    short = GROWTH_MARGIN * q.gpu_bytes - (q.budget_bytes - q.total_bytes)  # bytes per GPU still to free
+    if short > 0 and q.kv_bytes_per_token:
+        tokens = -(-int(short) * q.n_gpus // (slots * q.kv_bytes_per_token))  # the pool is split over the GPUs
+        c -= -(-tokens // PAD) * PAD
+    return c
 
 
 def _serving(slots: int, context: int, kv: KvChoice, slots_set: int | None, context_set: int | None, trained: int,
-             can_unify: bool, candidates: list[KvChoice]) -> Serving:
+             can_unify: bool, candidates: list[KvChoice], fits: bool = True) -> Serving:
     unified = slots > 1 and can_unify
     why = [f"{slots} slot(s)" + (" as set" if slots_set else
-                                 f" (the most of {', '.join(map(str, SLOT_CANDIDATES))} that fit)"),
+                                 f" (the most of {', '.join(map(str, SLOT_CANDIDATES))} that fit)" if fits else
+                                 f" (none of {', '.join(map(str, SLOT_CANDIDATES))} fits: the fewest)"),
            f"{context} tokens per request" + (" as set" if context_set else
                                               f" (the longest that fits for every slot, up to the trained "
                                               f"{trained or 'context'})"),
@@ -116,9 +135,9 @@ def _serving(slots: int, context: int, kv: KvChoice, slots_set: int | None, cont
 
 def unread(slots_set: int | None, context_set: int | None, kv: KvChoice, can_unify: bool) -> Serving:
     """The serving of an instance whose model header is not readable before the deploy: the settings as given,
-    else UNREAD_SLOTS slots sharing a pool of UNREAD_POOL tokens."""
+    else UNREAD_SLOTS slots of CONTEXT_FLOOR tokens each."""
     slots = slots_set or UNREAD_SLOTS
-    context = context_set or max(PAD, _floor(UNREAD_POOL // slots))
+    context = context_set or CONTEXT_FLOOR
     unified = slots > 1 and can_unify
     return Serving(slots, context, unified, kv, (
         f"the model is not readable before the deploy: {slots} slot(s) of {context} tokens"

@@ -107,8 +107,8 @@ LLAMA_CPP_RUNTIME_GROWTH_BYTES = 128 * MiB
 
 
 def _llama_usage(model: GgufModel, n_gpus: int, kv_layer_tok: int, layers_on_gpu: int, output_on_gpu: bool,
-                 kv_tokens: int, flash_attn: bool = True, cuda_context: int = LLAMA_CPP_CUDA_CONTEXT_BYTES
-                 ) -> _LlamaUsage:
+                 kv_tokens: int, flash_attn: bool = True, cuda_context: int = LLAMA_CPP_CUDA_CONTEXT_BYTES,
+                 n_ubatch: int = LLAMA_CPP_N_UBATCH) -> _LlamaUsage:
     """Memory per GPU and bytes read per token with the last `layers_on_gpu` layers (and the output layer if
     `output_on_gpu`) on the GPUs and a KV cache of `kv_tokens` tokens; kv_layer_tok: K+V bytes per token per layer."""
     # llama.cpp offloads the *last* layers_on_gpu blocks; each layer's KV lives with its layer.
@@ -121,7 +121,7 @@ def _llama_usage(model: GgufModel, n_gpus: int, kv_layer_tok: int, layers_on_gpu
     return _LlamaUsage(
         weights=-(-gpu_w // n_gpus),
         kv=-(-kv_total // n_gpus),
-        compute=llama_compute_buffer(model, kv_tokens, layers_on_gpu, output_on_gpu, flash_attn),
+        compute=llama_compute_buffer(model, kv_tokens, layers_on_gpu, output_on_gpu, flash_attn, n_ubatch),
         context=cuda_context + LLAMA_CPP_RUNTIME_GROWTH_BYTES,
         host_read=host_read,
         gpu_weights_total=gpu_w,
@@ -147,6 +147,7 @@ class _LlamaCase:
     kv_layer_tok: int  # K+V bytes per token of one layer
     flash_attn: bool = True
     cuda_context: int = LLAMA_CPP_CUDA_CONTEXT_BYTES  # bytes per GPU outside the logged buffers
+    n_ubatch: int = LLAMA_CPP_N_UBATCH  # -ub: the compute buffer is reserved for this many tokens
 
     @property
     def n(self) -> int:
@@ -166,7 +167,7 @@ class _LlamaCase:
 
     def usage(self, layers: int, output: bool, tokens: int) -> _LlamaUsage:
         return _llama_usage(self.model, self.n_gpus, self.kv_layer_tok, layers, output, tokens, self.flash_attn,
-                            self.cuda_context)
+                            self.cuda_context, self.n_ubatch)
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,7 @@ def _llama_smaller_kv(case: _LlamaCase) -> str | None:
         if _bytes_per_element(smaller) < current:
             alt = plan_llama_cpp(case.model, case.gpu_mib, case.n_gpus, case.context, smaller, smaller,
                                  case.parallel, case.usable_fraction, case.n_gpu_layers, flash_attn=case.flash_attn,
-                                 cuda_context_bytes=case.cuda_context)
+                                 cuda_context_bytes=case.cuda_context, n_ubatch=case.n_ubatch)
             if alt.fits:
                 return messages.llama_or_smaller_kv(smaller)
     return None
@@ -335,7 +336,7 @@ def _llama_reasons(case: _LlamaCase, f: _LlamaFigures) -> list[str]:
 
 def plan_llama_cpp(model: GgufModel, gpu_mib: int, n_gpus: int, context: int, cache_type_k: str, cache_type_v: str,
                    parallel: int, usable_fraction: float, n_gpu_layers: int = 99, *, flash_attn: bool = True,
-                   cuda_context_bytes: int | None = None) -> Plan:
+                   cuda_context_bytes: int | None = None, n_ubatch: int = LLAMA_CPP_N_UBATCH) -> Plan:
     """Plan a llama-server instance: `context` tokens per slot, `parallel` slots (the server then needs
     `-c context*parallel -np parallel`), KV cache types `cache_type_k/_v` (-ctk/-ctv), `n_gpu_layers` (-ngl; more
     than the layer count also puts the output layer on the GPU), on `n_gpus` GPUs of `gpu_mib` MiB each with the
@@ -344,6 +345,7 @@ def plan_llama_cpp(model: GgufModel, gpu_mib: int, n_gpus: int, context: int, ca
     flash_attn: whether llama-server runs with flash attention (without it the compute buffer holds a layer's KQ
     scores, llama_compute_buffer). cuda_context_bytes: memory per GPU outside the logged buffers, e.g.
     units.llama_cpp_cuda_context_bytes(gpu, cuda); None: LLAMA_CPP_CUDA_CONTEXT_BYTES (the conservative V100 row).
+    n_ubatch: llama-server's physical batch (-ub, tokens), which the compute buffer is reserved for.
 
     Outcome: "fits"; "does_not_fit" (the weights fit but not with the KV cache and buffers: reasons name the
     largest context and the largest weight size that fit); "offload" (the GPU-resident weights alone exceed the
@@ -358,7 +360,8 @@ def plan_llama_cpp(model: GgufModel, gpu_mib: int, n_gpus: int, context: int, ca
     case = _LlamaCase(model, gpu_mib, n_gpus, context, cache_type_k, cache_type_v, parallel, usable_fraction,
                       n_gpu_layers, budget=int(gpu_mib * MiB * usable_fraction), kv_layer_tok=kv_layer_tok,
                       flash_attn=flash_attn,
-                      cuda_context=LLAMA_CPP_CUDA_CONTEXT_BYTES if cuda_context_bytes is None else cuda_context_bytes)
+                      cuda_context=LLAMA_CPP_CUDA_CONTEXT_BYTES if cuda_context_bytes is None else cuda_context_bytes,
+                      n_ubatch=n_ubatch)
     kv_tok = kv_layer_tok * model.n_layers
     f = _llama_figures(case)
     p = f.planned

@@ -60,8 +60,8 @@ def test_every_flag_is_one_llama_server_declares_with_the_settings_value(version
     s = i.settings
     assert args["-m"] == i.model_path and args["--host"] == s.listen and args["--port"] == str(s.port)
     # without a serving choice (the model not read before the deploy): the settings as given, else llama-server's
-    # own automatic 4 slots in the former default pool of 8192 tokens; -c is the pool of all slots together
-    slots, per_request = (s.parallel, s.context) if s.context else (4, 2048)
+    # own automatic 4 slots, 8192 tokens each; -c is the pool of all slots together
+    slots, per_request = (s.parallel or 4, s.context or 8192)
     assert args["-ngl"] == str(s.n_gpu_layers) and args["-c"] == str(slots * per_request)
     assert args["-np"] == str(slots)
     assert (args["-ctk"], args["-ctv"]) == (s.cache_type_k or "f16", s.cache_type_v or "f16")  # llama.cpp's default
