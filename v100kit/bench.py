@@ -124,10 +124,14 @@ class HostControl:
                  f"cd {shlex.quote(self.home)} 2>/dev/null || cd /; exec runuser -u {shlex.quote(self.user)} -- {argv}")
         pid = shell(self.host, f"nohup setsid sh -c {shlex.quote(inner)} > {self.log} 2>&1 < /dev/null & echo $!")
         handle = int(pid.strip().splitlines()[-1])
-        if not loadgen.wait_healthy(self.url, self.key, START_TIMEOUT_S):
+
+        def alive() -> bool:  # an alternative that exits at start (out of memory, a refused flag) ends the wait
+            return shell(self.host, f"kill -0 {handle} 2>/dev/null && echo up || echo gone").strip() == "up"
+
+        if not loadgen.wait_healthy(self.url, self.key, START_TIMEOUT_S, alive):
             self.stop_alternative(handle)
             tail = shell(self.host, f"tail -n 5 {self.log} 2>/dev/null || true").strip().replace("\n", " | ")
-            raise RuntimeError(f"no /health within {START_TIMEOUT_S:.0f} s: {tail[-250:]}")
+            raise RuntimeError(f"no /health within {START_TIMEOUT_S:.0f} s, or the server exited: {tail[-250:]}")
         return handle
 
     def stop_alternative(self, handle: object) -> None:

@@ -59,12 +59,18 @@ def get(url: str, path: str, key: str | None, timeout: float = 10) -> int:
         return 0
 
 
-def wait_healthy(url: str, key: str | None, timeout_s: float) -> bool:
-    """Poll /health until it answers 200 (llama-server answers 503 while it loads), at most `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
+def wait_healthy(url: str, key: str | None, timeout_s: float, alive: Callable[[], bool] | None = None) -> bool:
+    """Poll /health until it answers 200 (llama-server answers 503 while it loads), at most `timeout_s`; False at
+    once when `alive` (checked every 5 s) says the server's process has exited (a start that failed: no need to
+    wait out the timeout)."""
+    deadline, checked = time.monotonic() + timeout_s, time.monotonic()
     while time.monotonic() < deadline:
         if get(url, "/health", key, timeout=5) == 200:
             return True
+        if alive is not None and time.monotonic() - checked >= 5:
+            checked = time.monotonic()
+            if not alive():
+                return False
         time.sleep(0.5)
     return False
 

@@ -489,3 +489,16 @@ def test_count_tokens_asks_the_servers_tokenize_endpoint_with_the_key():
         finally:
             srv.shutdown()
     assert all(path == "/tokenize" and auth == "Bearer k3y" for path, auth, _ in seen)
+
+
+def test_waiting_for_health_ends_when_the_server_has_exited():
+    """A sweep alternative that dies at start (the lab's q8_0 at head size 16: "failed to create_context") no
+    longer costs the whole start timeout: wait_healthy stops at the first check that says the process is gone."""
+    import time as _time
+
+    from v100kit.loadgen import wait_healthy
+
+    calls = []
+    t0 = _time.monotonic()
+    assert wait_healthy("http://127.0.0.1:9", None, 60, lambda: calls.append(1) or False) is False
+    assert calls == [1] and _time.monotonic() - t0 < 15
