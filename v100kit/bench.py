@@ -200,6 +200,16 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
     i.on_gpu, i.residency, i.vram_mib = verdict.on_gpu, verdict.evidence, used
     if not verdict.on_gpu:
         i.flags.append(f"not on the GPU: {verdict.evidence}")
+    # a request longer than the instance serves would fail at the server: say so instead of sending the load
+    limit = (inst.serving.context if engine == "llama.cpp" and getattr(inst, "serving", None) else
+             getattr(s, "max_model_len", None) if engine == "vllm" else None)
+    need = max(load.depths) + load.output_tokens
+    if limit and need > limit:
+        what = "context per request" if engine == "llama.cpp" else "max_model_len"
+        i.flags.append(f"not measured: the load needs {need} tokens per request (depth {max(load.depths)} + "
+                       f"{load.output_tokens} output), above the instance's {what} {limit}; lower --depths or "
+                       "--output-tokens, or raise the setting")
+        return i
     url, tunnel = endpoint(host, s.listen, s.port)
     i.url = f"http://{s.listen}:{s.port}" + ("" if tunnel is None else " (through the SSH connection)")
     model = (getattr(s, "served_model_name", None) or inst.name) if engine == "vllm" else inst.name

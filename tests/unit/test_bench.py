@@ -403,3 +403,23 @@ def test_a_server_that_streams_one_repeated_token_is_flagged():
         assert any(f.startswith("degenerate output") for f in i.flags)
     finally:
         bang.close()
+
+
+def test_a_load_longer_than_the_instances_context_is_not_sent(server):
+    """Depth 16384 + 64 output tokens against 8 slots of 8192 tokens: every request would fail at the server, so the
+    instance is flagged and no completion is sent."""
+    import dataclasses
+
+    from roles.llama_cpp.choices import KvChoice
+    from roles.llama_cpp.slots import Serving
+
+    port = int(server.url.rsplit(":", 1)[1])
+    host = FakeHost({"main_pid": 7, "pids": [7], "compute_apps": [], "alive": [], "log": []}, [])
+    inst = dataclasses.replace(_llama_instance(port),
+                               serving=Serving(8, 8192, True, KvChoice("f16", "f16", True, "")))
+    i = bench_instance(host, None, "llama.cpp", inst, True, Load(depths=(16384,), output_tokens=64), False)
+    assert any("16448 tokens per request" in f and "context per request 8192" in f for f in i.flags), i.flags
+    assert server.requests == [] and not i.levels
+    ok = bench_instance(host, None, "llama.cpp", inst, True, Load(depths=(8000,), output_tokens=64,
+                                                                  requests_per_level=1, concurrency=(1,)), False)
+    assert ok.levels and len(server.requests) == 2  # the warm-up and one counted request
