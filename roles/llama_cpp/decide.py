@@ -523,9 +523,12 @@ def server_args(inst: Instance, flash_attn_style: str) -> str:
         args += ["--yarn-orig-ctx", str(s.yarn_orig_ctx)]
     if s.metrics:
         args.append("--metrics")
-    args += typed_args(s, inst.server_flags) + list(s.extra_args)
+    args += typed_args(s, inst.server_flags)
     # llama.cpp's own load report (CUDA devices, "offloaded N/M layers to GPU", KV and compute buffer sizes) is
     # library INFO, which newer trees log only from verbosity 4 (common/log.cpp common_log_get_verbosity): the
     # deploy's GPU check and the doctor read it from the journal
     args += ["-lv", "4"]
+    # extra_args last: a flag there missing its value cannot take one of the toolkit's own (the check knows flag
+    # names, not how many values each takes)
+    args += list(s.extra_args)
     return " ".join(shlex.quote(a) for a in args)

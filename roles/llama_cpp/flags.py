@@ -45,6 +45,23 @@ OWNED: dict[str, str] = {
     **dict.fromkeys(("--draft-max", "--draft", "--draft-n", "--spec-draft-n-max"), "draft_max"),
 }
 
+#: Flags of the server that undo what the plan counted or what the deploy's checks read -> (why, fix).
+UNPLANNED: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(("-nkvo", "--no-kv-offload"), (
+        "puts the KV cache and attention on the CPU (tens of times slower), which the plan counts on the GPU",
+        "remove it; for less KV memory use cache_type_k/v or a shorter context")),
+    **dict.fromkeys(("-nocb", "--no-cont-batching"), (
+        "decodes one slot's requests at a time: the slots' aggregate throughput is gone", "remove it")),
+    **dict.fromkeys(("--log-disable", "--log-file"), (
+        "the deploy's GPU check and the doctor read llama-server's log from the journal", "remove it")),
+    **dict.fromkeys(("-dev", "--device"), (
+        "the GPUs an instance uses are set by gpus (CUDA_VISIBLE_DEVICES), which the plan counts", "use gpus")),
+    "--override-kv": ("changes the model's metadata that the planner read (context, heads, layers)", "remove it"),
+    **dict.fromkeys(("-mm", "--mmproj", "-mmu", "--mmproj-url"), (
+        "a multimodal projector's weights and buffers are not in the memory plan", "remove it")),
+    "--swa-full": ("a full-size sliding-window cache is not in the memory plan", "remove it"),
+}
+
 #: A word that is a value, not a flag: it does not start with '-', or is a negative number.
 _VALUE = re.compile(r"^(?:[^-].*|-\d.*|-)$")
 
@@ -109,6 +126,8 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None)
         flag = flag_of(word)
         if flag in OWNED:
             problems.append(problem(key, word, "set by the toolkit", f"use the setting {OWNED[flag]}"))
+        elif flag in UNPLANNED:
+            problems.append(problem(key, word, *UNPLANNED[flag]))
         elif known is not None and flag not in known:
             problems.append(problem(key, word, "not a flag of this llama.cpp's llama-server (common/arg.cpp; "
                                     "files/llama_cpp/<ref>.json server_flags)", "check the spelling against "

@@ -26,7 +26,8 @@ def llama_args(instance: dict) -> list[str]:
 def test_llama_extra_args_and_typed_settings_reach_the_environment_file():
     args = llama_args({"extra_args": ["--no-warmup", "-cb"], "jinja": True, "batch_size": 1024, "ubatch_size": 256,
                        "mlock": True})
-    assert args[-4:] == ["--no-warmup", "-cb", "-lv", "4"]  # appended, just before the toolkit's -lv 4
+    # appended last, after the toolkit's -lv 4: a flag missing its value cannot take the toolkit's own
+    assert args[-4:] == ["-lv", "4", "--no-warmup", "-cb"]
     for i, want in ((args.index("--jinja"), ["--jinja"]), (args.index("-b"), ["-b", "1024"]),
                     (args.index("-ub"), ["-ub", "256"]), (args.index("--load-mode"), ["--load-mode", "mmap+mlock"])):
         assert args[i:i + len(want)] == want

@@ -152,3 +152,17 @@ def test_vllm_extra_args():
     (p,) = vf.typed_problems("vllm_instances.tiny", VllmInstance(model_path="/m", enable_auto_tool_choice=True),
                              VLLM_OLD)
     assert "tool_call_parser" in p
+
+
+@pytest.mark.parametrize("flag, why", [("-nkvo", "on the CPU"), ("--no-cont-batching", "one slot's requests"),
+                                       ("--log-disable", "journal"), ("--device", "gpus"),
+                                       ("--override-kv", "metadata"), ("--mmproj", "memory plan")])
+def test_flags_that_undo_the_plan_or_the_checks_are_refused_saying_why(flag, why):
+    """Review of issue 26: these are real llama-server flags of the pinned tree (its common/arg.cpp), accepted by
+    the known-flag check alone, but each undoes what the plan counted or what the deploy's GPU check reads."""
+    from roles.llama_cpp.flags import extra_args_problems
+    from roles.llama_cpp.versions import DEFAULT_SOURCE
+
+    assert flag in DEFAULT_SOURCE.server_flags
+    (p,) = extra_args_problems("llama_cpp_instances.m.extra_args", [flag], DEFAULT_SOURCE.server_flags)
+    assert p.startswith(f"llama_cpp_instances.m.extra_args = {flag!r}") and why in p
