@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlparse, urlsplit
@@ -133,3 +134,37 @@ def shared_gpu_problems(claims: dict[int, list[tuple[str, int | None]]], gpu_mib
                                 "memory", "give the instances different GPUs (gpus: [...] on each), lower the vLLM "
                                 "instance's gpu_memory_utilization, or shorten the llama-server context"))
     return problems
+
+
+#: A word of extra_args that is a value, not a flag: it does not start with '-', or is a negative number.
+ARG_VALUE = re.compile(r"^(?:[^-].*|-\d.*|-)$")
+
+
+def flag_of(word: str) -> str:
+    """The flag a word names: `--flag=value` counts as `--flag`, and both engines read `_` in a `--` flag as `-`
+    (llama.cpp's common/arg.cpp parse_cli_args, vLLM's FlexibleArgumentParser)."""
+    flag = word.split("=", 1)[0]
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def extra_args_problems(key: str, args: list[str], owned: Mapping[str, str], known: frozenset[str] | None,
+                        unknown: tuple[str, str], refused: Mapping[str, tuple[str, str]] | None = None,
+                        also: Callable[[str, str], list[str]] = lambda word, flag: []) -> list[str]:
+    """One problem per flag word of an instance's extra_args (`key`): a flag the toolkit owns (`owned`: flag ->
+    the setting to use), one refused with its own (why, fix) (`refused`), one the engine does not have (`known`;
+    None: not checked; `unknown`: the (why, fix) to say), else whatever `also(word, flag)` finds. Values pass."""
+    problems = []
+    for word in args:
+        if ARG_VALUE.match(word):
+            continue
+        flag = flag_of(word)
+        if flag in owned:
+            problems.append(problem(key, word, "set by the toolkit", f"use the setting {owned[flag]}"))
+        elif refused and flag in refused:
+            problems.append(problem(key, word, *refused[flag]))
+        elif known is not None and flag not in known:
+            problems.append(problem(key, word, *unknown))
+        else:
+            problems += also(word, flag)
+    return problems
+

@@ -9,8 +9,7 @@ A tree whose flags are unknown (an unpinned source URL) gets the older spellings
 
 from __future__ import annotations
 
-import re
-
+from roles import engines
 from roles.settings import LlamaCppInstance, problem
 
 #: Every spelling of a flag the toolkit sets itself -> the setting to use instead (both pinned trees' spellings).
@@ -62,9 +61,6 @@ UNPLANNED: dict[str, tuple[str, str]] = {
     "--swa-full": ("a full-size sliding-window cache is not in the memory plan", "remove it"),
 }
 
-#: A word that is a value, not a flag: it does not start with '-', or is a negative number.
-_VALUE = re.compile(r"^(?:[^-].*|-\d.*|-)$")
-
 
 def _pick(known: frozenset[str] | None, *spellings: str) -> str | None:
     """The first of `spellings` the tree knows; the first of them when its flags are unknown; None when it has none."""
@@ -108,34 +104,21 @@ def typed_args(s: LlamaCppInstance, known: frozenset[str] | None = None) -> list
     return args
 
 
-def flag_of(word: str) -> str:
-    """The flag a word names: `--flag=value` counts as `--flag`, and llama.cpp reads `_` in a `--` flag as `-`
-    (common/arg.cpp parse_cli_args)."""
-    flag = word.split("=", 1)[0]
-    return flag.replace("_", "-") if flag.startswith("--") else flag
-
-
 def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None) -> list[str]:
     """One problem per word of extra_args (`key`: llama_cpp_instances.NAME.extra_args) that is a flag the toolkit
-    owns (naming the setting), a flag the tree's server does not accept (`known`; None: not checked), or a known
-    flag written --flag=value (llama-server looks the whole word up: "invalid argument"). Values pass unchecked."""
-    problems = []
-    for word in args:
-        if _VALUE.match(word):
-            continue
-        flag = flag_of(word)
-        if flag in OWNED:
-            problems.append(problem(key, word, "set by the toolkit", f"use the setting {OWNED[flag]}"))
-        elif flag in UNPLANNED:
-            problems.append(problem(key, word, *UNPLANNED[flag]))
-        elif known is not None and flag not in known:
-            problems.append(problem(key, word, "not a flag of this llama.cpp's llama-server (common/arg.cpp; "
-                                    "files/llama_cpp/<ref>.json server_flags)", "check the spelling against "
-                                    "`llama-server --help` of the pinned tree, or remove it"))
-        elif "=" in word:
-            problems.append(problem(key, word, "llama-server takes a flag's value as the next word, not after '='",
-                                    f"write it as two words: {flag!r}, {word.split('=', 1)[1]!r}"))
-    return problems
+    owns (naming the setting), one that undoes the plan (UNPLANNED), a flag the tree's server does not accept
+    (`known`; None: not checked), or a known flag written --flag=value (llama-server looks the whole word up:
+    "invalid argument"). Values pass unchecked (roles/engines.py extra_args_problems)."""
+    def two_words(word: str, flag: str) -> list[str]:
+        return [] if "=" not in word else [problem(
+            key, word, "llama-server takes a flag's value as the next word, not after '='",
+            f"write it as two words: {flag!r}, {word.split('=', 1)[1]!r}")]
+
+    return engines.extra_args_problems(
+        key, args, OWNED, known, ("not a flag of this llama.cpp's llama-server (common/arg.cpp; "
+                                  "files/llama_cpp/<ref>.json server_flags)",
+                                  "check the spelling against `llama-server --help` of the pinned tree, or remove it"),
+        UNPLANNED, two_words)
 
 
 def typed_problems(key: str, s: LlamaCppInstance, known: frozenset[str] | None, n_gpus: int) -> list[str]:

@@ -5,9 +5,9 @@ written by tools/vllm_flags.py from make_arg_parser). Pure: no pyinfra import.""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
+from roles import engines
 from roles.settings import VllmInstance, problem
 from roles.vllm.versions import LOCK_DIR
 
@@ -29,9 +29,6 @@ OWNED: dict[str, str] = {
     "--chat-template": "chat_template", "--tool-call-parser": "tool_call_parser",
     **dict.fromkeys(("--enable-auto-tool-choice", "--no-enable-auto-tool-choice"), "enable_auto_tool_choice"),
 }
-
-#: A word that is a value, not a flag: it does not start with '-', or is a negative number.
-_VALUE = re.compile(r"^(?:[^-].*|-\d.*|-)$")
 
 
 def flags_file(version: str, lock_dir: Path = LOCK_DIR) -> Path:
@@ -67,28 +64,13 @@ def typed_args(s: VllmInstance) -> list[str]:
     return args
 
 
-def flag_of(word: str) -> str:
-    """The flag a word names: `--flag=value` counts as `--flag`; vLLM's FlexibleArgumentParser reads `_` in a `--`
-    flag as `-`."""
-    flag = word.split("=", 1)[0]
-    return flag.replace("_", "-") if flag.startswith("--") else flag
-
-
 def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None) -> list[str]:
     """One problem per word of extra_args (`key`: vllm_instances.NAME.extra_args) that is a flag the toolkit owns
     (naming the setting) or one the release's parser does not have (`known`; None: not checked)."""
-    problems = []
-    for word in args:
-        if _VALUE.match(word):
-            continue
-        flag = flag_of(word)
-        if flag in OWNED:
-            problems.append(problem(key, word, "set by the toolkit", f"use the setting {OWNED[flag]}"))
-        elif known is not None and flag not in known:
-            problems.append(problem(key, word, "not a flag of this vLLM release's server (files/vllm/"
-                                    "<version>.flags.json, from its own parser)", "check the spelling against "
-                                    "`vllm serve --help` of the release, or remove it"))
-    return problems
+    return engines.extra_args_problems(
+        key, args, OWNED, known, ("not a flag of this vLLM release's server (files/vllm/<version>.flags.json, from "
+                                  "its own parser)", "check the spelling against `vllm serve --help` of the "
+                                  "release, or remove it"))
 
 
 def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None) -> list[str]:

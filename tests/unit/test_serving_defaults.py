@@ -16,7 +16,6 @@ to hash them."""
 from __future__ import annotations
 
 import hashlib
-import shlex
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from lab.models import vocabulary, write_llama
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp.decide import plan, server_args
 from roles.settings import load_settings
+from tests.unit.test_server_args import parsed as args_of  # {flag: value}
 
 CUDA_124 = Toolkit("12.4", "distro", {}, "/usr/bin/nvcc", None, "g++-13")
 MiB, GiB = 1 << 20, 1 << 30
@@ -68,15 +68,6 @@ def decide(m: dict, gpu_mib: int, **inst):
     assert not problems, problems
     i = p.instances[0]
     return i, args_of(server_args(i, p.source.flash_attn_style))
-
-
-def args_of(cmd: str) -> dict[str, str | None]:
-    tokens, out = shlex.split(cmd), {}
-    for k, t in enumerate(tokens):
-        if t.startswith("-"):
-            nxt = tokens[k + 1] if k + 1 < len(tokens) else None
-            out[t] = None if nxt is None or nxt.startswith("-") else nxt
-    return out
 
 
 @pytest.fixture(scope="module")
