@@ -109,6 +109,8 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     gpus = host.get_fact(NvidiaGpus)
     llama, more = llama_cpp.plan(settings, toolkits, gpus, lambda path: bool(host.get_fact(File, path=path)))
     problems += more
+    for line in llama.notes if llama else ():
+        logger.warning(f"[{host.name}] llama_cpp: {line}")
     ports = {i.port: f"llama-server@{n}" for n, i in settings.llama_cpp_instances.items()}
     cluster, more = ray.plan(settings, host.name, list(host.groups), cluster_nodes(host, settings, deploying))
     problems += more

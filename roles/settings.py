@@ -298,7 +298,11 @@ class Settings(BaseModel):
     llama_cpp_source_subdir: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9_.+/-]*$", description="directory inside the archive that holds llama.cpp's CMakeLists.txt; None: found")
     llama_cpp_cuda_version: CudaVersion | None = Field(
-        None, description="toolkit to build with (one of cuda_versions); None: the default toolkit")
+        None, description="toolkit to build with (one of cuda_versions); None: the default toolkit, or 12.8 in "
+                          "place of a default 12.9 where 12.8 is installed too (Volta builds)")
+    llama_cpp_allow_cuda_12_9: bool = Field(
+        False, description="build llama.cpp for Volta with CUDA 12.9 although such builds fail to allocate their "
+                           "weights on a V100 (ggml-org/llama.cpp#28416); refused otherwise")
     llama_cpp_cuda_architectures: list[Annotated[str, Field(pattern=r"^\d{2,3}$")]] | None = Field(
         None, description="CMAKE_CUDA_ARCHITECTURES; None: the GPUs' compute capability, 70 where none is visible")
     llama_cpp_fa_all_quants: bool = Field(

@@ -8,6 +8,9 @@ project's JSON releases[VERSION] where the per-version page is not served). The 
 (roles/llama_cpp/tree.py read_tree) and the placement matrix from the rules of its form
 (roles/llama_cpp/attention.py matrix); the result goes to files/llama_cpp/pypi-VERSION.json, and what changed
 against the default pin's data is printed. Old pins are never deleted; the default moves in roles/llama_cpp/versions.py.
+
+A tree in a range known to be bad on Volta (roles/llama_cpp/versions.py VOLTA_RANGES: the llama.cpp version its
+CMakeLists.txt states) is refused: nothing is written, the reason and what to pick instead are printed, exit 2.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ import urllib.request
 from pathlib import Path
 
 from roles.llama_cpp import attention
-from roles.llama_cpp.tree import read_tree
-from roles.llama_cpp.versions import DEFAULT_REF, PIN_DIR, pin_file
+from roles.llama_cpp.tree import CMAKE_TOP, llama_version, read_files, read_tree
+from roles.llama_cpp.versions import DEFAULT_REF, PIN_DIR, pin_file, volta_known_bad, volta_refusal
 
 PROJECT = "llama-cpp-python"
 FILES_HOST = "https://files.pythonhosted.org/packages/"
@@ -78,6 +81,14 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def volta_refusals(archive: Path, subdir: str | None) -> list[str]:
+    """One line per range known bad on Volta (VOLTA_RANGES) that the llama.cpp tree in `archive` falls in, read
+    from the llama.cpp version its top-level CMakeLists.txt states; [] for a tree outside every range or from
+    before semantic versioning. Raises ValueError for an archive that is not a llama.cpp tree (tree.read_files)."""
+    version = llama_version(read_files(archive, subdir).get(CMAKE_TOP))
+    return [volta_refusal(r, version) for r in volta_known_bad(version)]
+
+
 def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> dict:
     """The data file's content for one sdist (archive already checked against sha256; `api` the PyPI JSON API URL
     its url and sha256 came from)."""
@@ -95,6 +106,7 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
         "fa_quants_options": list(facts.fa_quants_options),
         "architectures": sorted(facts.architectures),
         "server_flags": sorted(facts.server_flags),
+        "llama_version": list(facts.llama_version) if facts.llama_version else None,
         "sources": {
             "url": f"PyPI JSON API {api}: the sdist's url",
             "sha256": f"PyPI JSON API {api}: the sdist's digests.sha256",
@@ -105,6 +117,7 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
             "architectures": "src/llama-arch.cpp LLM_ARCH_NAMES",
             "server_flags": "common/arg.cpp common_params_parser_init (options kept for LLAMA_EXAMPLE_SERVER, less "
                             "arg_removed ones; roles/llama_cpp/tree.py server_flags)",
+            "llama_version": "CMakeLists.txt set(LLAMA_VERSION_MAJOR/MINOR/PATCH) (roles/llama_cpp/tree.py llama_version)",
             "matrix": "roles/llama_cpp/attention.py matrix (each cell: its sources entry)",
         },
         "matrix": m,
@@ -167,12 +180,22 @@ def main(argv: list[str] | None = None) -> int:
         if got != sha256:
             print(f"{archive}: sha256 {got} differs from PyPI's {sha256}")
             return 1
+        subdir = f"llama_cpp_python-{args.version}/vendor/llama.cpp"
+        refused = volta_refusals(archive, subdir)
+        if refused:
+            print(f"refused, {PROJECT} {args.version} not pinned:")
+            for line in refused:
+                print(f"  {line}")
+            return 2
         data = pin_data(args.version, url, sha256, archive, api)
     path = pin_file(data["ref"])
     PIN_DIR.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {path} (form {data['fa_form']}, {len(data['architectures'])} architectures, "
-          f"-fa style {data['flash_attn_style']})")
+          f"-fa style {data['flash_attn_style']}, llama.cpp {'.'.join(map(str, data['llama_version'] or [])) or 'before 0.1.0'})")
+    if data["cuda_graphs_min_cc"] and tuple(data["cuda_graphs_min_cc"]) <= (7, 0):
+        print("CUDA graphs run on Volta in this tree (ggml-org/llama.cpp#25749, 2026-07-16: the gate moved from "
+              "Ampere to Volta)")
     default = pin_file(DEFAULT_REF)
     if data["ref"] == DEFAULT_REF or not default.is_file():
         return 0

@@ -62,4 +62,17 @@ NVIDIA_TOOLKITS: dict[tuple[str, str], Toolkit] = {
     ("ubuntu2204", "12.4"): _nvidia("12.4", "12.4.1-1", "g++-11"),
     ("ubuntu2204", "11.7"): _nvidia("11.7", "11.7.1-1", "g++-11"),
     ("ubuntu2404", "12.6"): _nvidia("12.6", "12.6.3-1", "g++-13"),
+    # CUDA 12.8 and 12.9: NVIDIA's debian12, ubuntu2204 and ubuntu2404 repositories carry cuda-toolkit-12-8 and
+    # cuda-toolkit-12-9 (NVIDIA's own install lines name them per OS, e.g. cuda-repo-debian12-12-8-local_12.8.1 in
+    # finnwilliamsml/searchless-chess-container scripts/05_build_stockfish.sh, cuda-repo-ubuntu2204-12-8-local_12.8.1
+    # in xuanzhaopeng/curriculum0 scripts/cuda-install.sh, cuda-repo-ubuntu2204-12-9-local_12.9.1 in
+    # kutlay/getting-started-with-cuopt 0-install-environment.sh; M). Both accept gcc up to 14 (CUDA 12.8/12.9
+    # installation guides), so each OS keeps its own g++. Not defaults: llama.cpp built with 12.9 fails to
+    # allocate its weights on a V100 (ggml-org/llama.cpp#28416), and the llama.cpp role prefers 12.8 (decide.py).
+    ("debian12", "12.8"): _nvidia("12.8", "12.8.1-1", "g++-12"),
+    ("debian12", "12.9"): _nvidia("12.9", "12.9.1-1", "g++-12"),
+    ("ubuntu2204", "12.8"): _nvidia("12.8", "12.8.1-1", "g++-11"),
+    ("ubuntu2204", "12.9"): _nvidia("12.9", "12.9.1-1", "g++-11"),
+    ("ubuntu2404", "12.8"): _nvidia("12.8", "12.8.1-1", "g++-13"),
+    ("ubuntu2404", "12.9"): _nvidia("12.9", "12.9.1-1", "g++-13"),
 }

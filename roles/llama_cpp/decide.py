@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +27,8 @@ from roles.llama_cpp.choices import (KvChoice, architecture_problems as model_ar
                                      context_problems, gpu_architecture_problems, kv_candidates)
 from roles.llama_cpp.flags import extra_args_problems, typed_args, typed_problems
 from roles.llama_cpp.tree import read_tree
-from roles.llama_cpp.versions import CUDA_ARCH_RANGE, DEFAULT_SOURCE, SOURCES, Source
+from roles.llama_cpp.versions import (CUDA_ARCH_RANGE, CUDA_BAD_ON_VOLTA, CUDA_PREFERRED_ON_VOLTA, DEFAULT_SOURCE,
+                                      SOURCES, Source, volta_known_bad, volta_refusal)
 from roles.secrets import read_api_key
 from roles.nvidia_driver.facts import GpuInfo
 from roles.settings import LlamaCppInstance, Settings, problem
@@ -74,6 +76,7 @@ class LlamaCppPlan:
     prefix: str
     instances: tuple[Instance, ...]
     gpu_visible: bool = False  # a GPU answers nvidia-smi: after each (re)start the deploy checks it serves from it
+    notes: tuple[str, ...] = ()  # choices the plan made that the operator should see (logged by roles/preflight.py)
 
     @property
     def archive(self) -> str:
@@ -117,12 +120,13 @@ def tree_of(src: Source, settings: Settings, read_archive: bool = True) -> Tree:
     archive failed its checksum), else unknown (a URL not fetched here). Never raises."""
     all_quants = settings.llama_cpp_fa_all_quants
     if src.fa_form is not None or src.architectures is not None:
-        return Tree(src.ref, src.architectures, src.fa_form, all_quants, server_flags=src.server_flags)
+        return Tree(src.ref, src.architectures, src.fa_form, all_quants, server_flags=src.server_flags,
+                    llama_version=src.llama_version)
     if read_archive and not is_url(src.url) and Path(src.url).is_file():
         try:
             facts = read_tree(Path(src.url), src.subdir)
             return Tree(src.ref, facts.architectures, facts.fa_form, all_quants,
-                        server_flags=facts.server_flags or None)
+                        server_flags=facts.server_flags or None, llama_version=facts.llama_version)
         except (OSError, ValueError):  # not a llama.cpp tree we can read: unknown, and said so where it matters
             pass
     return Tree(src.ref, None, None, all_quants)
@@ -151,6 +155,64 @@ def toolkit(settings: Settings, toolkits: list[Toolkit]) -> tuple[Toolkit | None
         return None, [problem("llama_cpp_cuda_version", wanted, "not among the installed toolkits",
                               "choose one of cuda_versions: " + ", ".join(t.version for t in toolkits))]
     return found, []
+
+
+#: CMAKE_CUDA_ARCHITECTURES entries that are Volta: compute capability 7.0 (V100) and 7.2 (Jetson AGX Xavier)
+#: (NVIDIA's CUDA GPUs list; docs/volta.md)
+VOLTA_ARCHS = frozenset({"70", "72"})
+
+
+def builds_for_volta(archs: tuple[str, ...]) -> bool:
+    """True when the build's architectures ("70", "75", ...) include a Volta one."""
+    return bool(VOLTA_ARCHS & set(archs))
+
+
+def volta_toolkit(settings: Settings, toolkits: list[Toolkit], tk: Toolkit | None, archs: tuple[str, ...]
+                  ) -> tuple[Toolkit | None, list[str], list[str]]:
+    """The toolkit a Volta build uses instead of one known bad on Volta (CUDA_BAD_ON_VOLTA: 12.9, whose llama.cpp
+    builds fail to allocate their weights on a V100, ggml-org/llama.cpp#28416): (toolkit, problems, notes).
+
+    Left to the default (llama_cpp_cuda_version unset), a 12.9 default gives way to an installed 12.8
+    (CUDA_PREFERRED_ON_VOLTA), said in a note. Named explicitly, or without 12.8 installed, 12.9 is refused unless
+    llama_cpp_allow_cuda_12_9 is set (then a note says what was accepted). A refusal, not a warning: the failure
+    shows only at model load, after the whole build, on every start, and the issue has no fix to wait for."""
+    if tk is None or not builds_for_volta(archs) or tk.version not in CUDA_BAD_ON_VOLTA:
+        return tk, [], []
+    source = CUDA_BAD_ON_VOLTA[tk.version]
+    why = (f"llama.cpp built with CUDA {tk.version} fails to allocate its weights on an empty V100 ('cudaMalloc "
+           f"failed: out of memory'), the same source built with {CUDA_PREFERRED_ON_VOLTA} works ({source})")
+    preferred = next((t for t in toolkits if t.version == CUDA_PREFERRED_ON_VOLTA), None)
+    if settings.llama_cpp_cuda_version is None and preferred:
+        return preferred, [], [f"building llama.cpp with CUDA {preferred.version}, not the default {tk.version}: "
+                               f"{why}"]
+    if settings.llama_cpp_allow_cuda_12_9:
+        return tk, [], [f"building llama.cpp with CUDA {tk.version} for Volta as llama_cpp_allow_cuda_12_9 allows; "
+                        f"{why}"]
+    fix = (f"set llama_cpp_cuda_version: {preferred.version}" if preferred else
+           f"add {CUDA_PREFERRED_ON_VOLTA} to cuda_versions (NVIDIA's repository carries it for Debian 12 and Ubuntu "
+           f"22.04/24.04: cuda_source: nvidia) and set llama_cpp_cuda_version: {CUDA_PREFERRED_ON_VOLTA}")
+    return None, [problem("llama_cpp_cuda_version", tk.version, f"{why}",
+                          f"{fix}, or set llama_cpp_allow_cuda_12_9: true to build with it anyway")], []
+
+
+def version_of_ref(ref: str) -> tuple[int, int, int] | None:
+    """A llama.cpp release tag as a ref ("v0.4.1", "0.4.1") -> (0, 4, 1); None for any other ref."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)", ref)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def known_bad_tree_problems(settings: Settings, tree: Tree, archs: tuple[str, ...]) -> list[str]:
+    """A Volta build of a llama.cpp tree in a range known bad on Volta (roles/llama_cpp/versions.py VOLTA_RANGES)
+    is refused, naming the PR that broke it, the one that fixed it and what to pick instead. The version is the
+    tree's own (its CMakeLists.txt, from the pin data or the archive read here), else that of a ref named like a
+    release tag (v0.4.1); a tree known by neither (a URL not fetched here) is not checked."""
+    if not builds_for_volta(archs):
+        return []
+    version = tree.llama_version or version_of_ref(tree.ref)
+    key, value = (("llama_cpp_source", settings.llama_cpp_source) if settings.llama_cpp_source
+                  else ("llama_cpp_ref", settings.llama_cpp_ref))
+    return [problem(key, value, volta_refusal(r, version), "choose a llama.cpp source outside the range")
+            for r in volta_known_bad(version)]
 
 
 def architectures(settings: Settings, gpus: list[GpuInfo]) -> tuple[str, ...]:
@@ -281,6 +343,7 @@ class Tree:
     fa_all_quants: bool
     cuda_version: str | None = None  # the toolkit it is built with: the CUDA context's size depends on it
     server_flags: frozenset[str] | None = None  # llama-server's flags in this tree (common/arg.cpp); None: unknown
+    llama_version: tuple[int, int, int] | None = None  # llama.cpp's own version (CMakeLists.txt); None: unknown
 
     @property
     def can_unify(self) -> bool:
@@ -445,11 +508,13 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     problems += (file_problems := source_file_problems(src))
     tk, more = toolkit(settings, toolkits)
     archs = architectures(settings, gpus)
-    problems += more + architecture_problems(archs, tk)
+    tk, even_more, notes = volta_toolkit(settings, toolkits, tk, archs)
+    problems += more + even_more + architecture_problems(archs, tk)
     problems += gpu_architecture_problems(settings.llama_cpp_cuda_architectures,
                                           [g["compute_cap"] for g in gpus] or [settings.gpu_compute_capability])
     # an archive that failed its checksum is not read: its facts would be another tree's
     tree = replace(tree_of(src, settings, read_archive=not file_problems), cuda_version=tk.version if tk else None)
+    problems += known_bad_tree_problems(settings, tree, archs)
     items = sorted(settings.llama_cpp_instances.items())
     clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")
     instances, shares = [], gpu_shares(settings, gpus)
@@ -465,7 +530,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
         return None, problems
     args = cmake_args(settings, tk, archs)
     return LlamaCppPlan(src, not is_url(src.url), tk, archs, args, prefix(src, tk, archs, args), tuple(instances),
-                        gpu_visible=bool(gpus)), []
+                        gpu_visible=bool(gpus), notes=tuple(notes)), []
 
 
 def placement_clashes(instances: list[Instance]) -> list[str]:

@@ -23,10 +23,11 @@ FATTN_CU = "ggml/src/ggml-cuda/fattn.cu"
 CONTEXT_CPP = "src/llama-context.cpp"
 GRAPH_CPP = "src/llama-graph.cpp"
 CMAKE_GGML = "ggml/CMakeLists.txt"
+CMAKE_TOP = "CMakeLists.txt"
 #: Members every tree must have (read_tree raises ValueError without them).
 REQUIRED = (ARCH_CPP, ARG_CPP, CUDA_CU, COMMON_CUH, FATTN_CU, CONTEXT_CPP, GRAPH_CPP, CMAKE_GGML)
 #: Members some forms read; a tree without one of them is not of that form.
-OPTIONAL = ("ggml/src/ggml-cuda/fattn-wmma-f16.cu", "ggml/src/ggml-cuda/fattn-tile.cu")
+OPTIONAL = ("ggml/src/ggml-cuda/fattn-wmma-f16.cu", "ggml/src/ggml-cuda/fattn-tile.cu", CMAKE_TOP)
 
 #: The arch enum entries of LLM_ARCH_NAMES that are no loadable model: LLM_ARCH_UNKNOWN ("(unknown)";
 #: src/llama-model.cpp load_arch throws for it) and LLM_ARCH_CLIP (src/llama.cpp llama_model_load: "CLIP cannot be used as main model").
@@ -84,7 +85,8 @@ class TreeFacts:
     ggml-cuda.cu turns CUDA graphs off (disable_due_to_gpu_arch), None where no such rule is found.
     fa_quants_options: the CMake options of ggml/CMakeLists.txt that pick the FA vector kernels' K/V types
     (GGML_CUDA_FA_ALL_QUANTS, GGML_CUDA_FA_QUANTS). server_flags: every option spelling llama-server accepts
-    (common/arg.cpp, server_flags())."""
+    (common/arg.cpp, server_flags()). llama_version: llama.cpp's own (major, minor, patch) from the top-level
+    CMakeLists.txt (llama_version()), None for a tree from before semantic versioning."""
 
     architectures: frozenset[str]
     fa_form: str | None
@@ -92,6 +94,7 @@ class TreeFacts:
     cuda_graphs_min_cc: tuple[int, int] | None = None
     fa_quants_options: tuple[str, ...] = ()
     server_flags: frozenset[str] = frozenset()
+    llama_version: tuple[int, int, int] | None = None
 
 
 def _mask(text: str) -> str:
@@ -340,6 +343,21 @@ def fa_quants_options(cmake: str) -> tuple[str, ...]:
                  if re.search(rf"(?:option|set)\s*\(\s*{o}\s", cmake))
 
 
+def llama_version(cmake_top: str | None) -> tuple[int, int, int] | None:
+    """llama.cpp's version as the tree states it: the top-level CMakeLists.txt's `set(LLAMA_VERSION_MAJOR n)`,
+    MINOR and PATCH (semantic versioning since ggml-org/llama.cpp#26839, 2026-08; the "-dev" suffix is a build
+    option, LLAMA_BUILD_IS_DEV, not a property of the tree). None when the file or any of the three is absent (a
+    tree from before, whose build number and commit exist only in git: cmake/build-info.cmake)."""
+    if cmake_top is None:
+        return None
+    parts = [re.search(rf"^\s*set\s*\(\s*LLAMA_VERSION_{p}\s+(\d+)\s*\)", cmake_top, re.M)
+             for p in ("MAJOR", "MINOR", "PATCH")]
+    if not all(parts):
+        return None
+    major, minor, patch = (int(m.group(1)) for m in parts)
+    return major, minor, patch
+
+
 def facts(files: Mapping[str, str]) -> TreeFacts:
     """TreeFacts from a tree's member texts (paths relative to the llama.cpp root). Raises ValueError naming a
     missing REQUIRED member or an unparsable one."""
@@ -353,6 +371,7 @@ def facts(files: Mapping[str, str]) -> TreeFacts:
         cuda_graphs_min_cc=cuda_graphs_min_cc(files[CUDA_CU], files[COMMON_CUH]),
         fa_quants_options=fa_quants_options(files[CMAKE_GGML]),
         server_flags=server_flags(files[ARG_CPP]),
+        llama_version=llama_version(files.get(CMAKE_TOP)),
     )
 
 
