@@ -16,7 +16,7 @@ from roles.llama_cpp.versions import DEFAULT_SOURCE, SOURCES, pin_file
 
 SHA = {"0.3.16": "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6",  # PyPI, issue 18 / brief
        "0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
-PLACES = (Path("/work/llsrc"), Path("/var/cache/v100kit-lab/src"))
+PLACES = (Path("/work/llsrc"), Path("/var/cache/v100kit-lab/src"), Path("/var/cache/v100kit-dev"))
 
 
 def archive(version: str) -> Path:
@@ -133,8 +133,13 @@ def test_pin_data_file_agrees_with_its_archive(version, facts):
     assert set(data["architectures"]) == f.architectures
     assert (data["fa_form"], data["flash_attn_style"]) == (f.fa_form, f.flash_attn_style)
     assert data["matrix"] == attention.matrix(f.fa_form)
+    # llama.cpp's own version as its CMakeLists.txt states it: 0.3.16's tree predates semantic versioning (it sets
+    # only LLAMA_INSTALL_VERSION 0.0.${LLAMA_BUILD_NUMBER}), 0.3.36's says 0.5.0
+    assert data["llama_version"] == {"0.3.16": None, "0.3.36": [0, 5, 0]}[version]
+    assert f.llama_version == (tuple(data["llama_version"]) if data["llama_version"] else None)
     src = SOURCES[f"pypi-{version}"]
     assert (src.sha256, src.architectures, src.fa_form) == (SHA[version], f.architectures, f.fa_form)
+    assert src.llama_version == f.llama_version
 
 
 def test_registry_keeps_both_pins_and_the_default():

@@ -28,24 +28,32 @@ def pin_facts(ref: str) -> tuple[frozenset[str], str, frozenset[str]]:
     return frozenset(data["architectures"]), data["fa_form"], frozenset(data["server_flags"])
 
 
+#: llama.cpp's version as the pin's tree states it (its CMakeLists.txt; read in the 0.3.36 sdist: 0.5.0)
+VERSION = (0, 5, 0)
+
+
 @pytest.mark.parametrize("all_quants", [True, False])
 def test_a_pinned_source_gives_its_pin_files_facts_without_reading_anything(all_quants):
     src = dataclasses.replace(SOURCES[PIN], url="/nonexistent/archive.tar.gz")  # not read: the pin data is enough
     archs, form, flags = pin_facts(PIN)
-    assert tree_of(src, settings(all_quants)) == Tree(PIN, archs, form, all_quants, server_flags=flags)
+    assert tree_of(src, settings(all_quants)) == Tree(PIN, archs, form, all_quants, server_flags=flags,
+                                                      llama_version=VERSION)
 
 
 def test_a_pinned_source_with_only_its_architectures_known_still_uses_them():
     src = dataclasses.replace(SOURCES[PIN], fa_form=None)
-    assert tree_of(src, settings(False)) == Tree(PIN, pin_facts(PIN)[0], None, False, server_flags=pin_facts(PIN)[2])
+    assert tree_of(src, settings(False)) == Tree(PIN, pin_facts(PIN)[0], None, False, server_flags=pin_facts(PIN)[2],
+                                                 llama_version=VERSION)
 
 
 @pytest.mark.parametrize("all_quants", [True, False])
 def test_an_archive_on_the_control_machine_is_read_for_its_facts(all_quants):
     path = archive("0.3.36")
-    src = dataclasses.replace(SOURCES[PIN], ref="mine", url=str(path), architectures=None, fa_form=None)
+    src = dataclasses.replace(SOURCES[PIN], ref="mine", url=str(path), architectures=None, fa_form=None,
+                              llama_version=None)
     archs, form, flags = pin_facts(PIN)  # the same archive the pin was made from
-    assert tree_of(src, settings(all_quants)) == Tree("mine", archs, form, all_quants, server_flags=flags)
+    assert tree_of(src, settings(all_quants)) == Tree("mine", archs, form, all_quants, server_flags=flags,
+                                                      llama_version=VERSION)
     # after its checksum failed the archive is not read: unknown, said so where it matters
     assert tree_of(src, settings(all_quants), read_archive=False) == Tree("mine", None, None, all_quants)
 
