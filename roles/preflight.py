@@ -20,7 +20,8 @@ from roles.engines import gpu_claims, gpu_count, gpu_memory_mib, shared_gpu_prob
 from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver import decide as nvidia_driver
 from roles.facts import HostTraits
-from roles.nvidia_driver.facts import KernelMetapackages, NvidiaGpus, SecureBoot
+from roles.nvidia_driver.facts import (DriverPackages, InstalledKernels, KernelMetapackages, NvidiaGpus, RunfileDriver,
+                                       SecureBoot)
 from roles.ray import decide as ray
 from roles.planner import VLLM_CUDA_CONTEXT_BYTES
 from roles.planner.vllm import vllm_graph_bytes
@@ -100,8 +101,11 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
                              host.get_fact(SwapHeaderSize, path=swap), bool(host.get_fact(File, path=swap)),
                              host.get_fact(FreeBytes, path=swap), host.get_fact(PathFilesystem, path=swap))
     driver, more = nvidia_driver.plan(settings, platform, host.get_fact(KernelMetapackages),
-                                      host.get_fact(HostTraits)["kernel"])
+                                      host.get_fact(HostTraits)["kernel"], list(host.get_fact(InstalledKernels)))
     problems += more + ([] if diagnosing else nvidia_driver.secure_boot_refused(settings, host.get_fact(SecureBoot)))
+    if driver and driver.pin.runfile and not diagnosing:
+        problems += nvidia_driver.runfile_problems(settings, driver.pin, host.get_fact(RunfileDriver),
+                                                   host.get_fact(DriverPackages))
     toolkits, more = cuda.plan(settings, platform, driver.pin if driver else None)
     problems += more
     for line in cuda.minor_compat_warnings(settings, platform, driver.pin if driver else None):

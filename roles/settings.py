@@ -256,8 +256,17 @@ class Settings(BaseModel):
         1048576, ge=1024, le=1073741816, description="open-file limit (soft and hard) of the service user")
 
     # -- nvidia_driver ----------------------------------------------------------------------------------
-    nvidia_driver_source: Literal["distro", "nvidia"] = Field(
-        "distro", description="distro: Debian non-free / Ubuntu restricted (-server); nvidia: NVIDIA's CUDA repo")
+    nvidia_driver_source: Literal["distro", "nvidia", "runfile"] = Field(
+        "distro", description="distro: Debian non-free / Ubuntu restricted (-server); nvidia: NVIDIA's CUDA repo; "
+                              "runfile: NVIDIA's .run installer with DKMS (Debian 13: the only R580 there)")
+    nvidia_driver_runfile_url: str | None = Field(
+        None, pattern=r"^https?://\S+\.run$",
+        description="URL of the pinned NVIDIA-Linux-x86_64-<version>.run on a mirror (nvidia_driver_source: runfile); "
+                    "None: NVIDIA's download server; its pinned sha256 is checked whatever the source")
+    nvidia_driver_allow_untested_kernel: bool = Field(
+        False, description="accept a running or installed kernel of a series newer than any the pinned driver "
+                           "branch is known to build on (roles/nvidia_driver/versions.py KERNEL_NEWEST_KNOWN); "
+                           "refused otherwise")
     nvidia_driver_version: str | None = Field(
         None, pattern=r"^\d{3}\.\d{2,3}(\.\d{2})?$",
         description="exact driver version; None: the pinned default for the OS and source (README table)")

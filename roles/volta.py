@@ -9,9 +9,13 @@ from __future__ import annotations
 #: Compute capability of the V100 (major, minor). (NVIDIA CUDA GPUs table; docs/volta.md §7; H)
 V100_COMPUTE_CAPABILITY = (7, 0)
 
-#: R580 is the last driver branch that supports Maxwell, Pascal and Volta; R590+ refuse V100.
-#: (NVIDIA Unix driver deprecation notice; docs/volta.md §1; H)
+#: R580 is the last driver branch that supports Maxwell, Pascal and Volta; R590+ ignore a V100 ("NVRM: ... is
+#: supported through the NVIDIA 580.xx Legacy drivers. The 590.xx NVIDIA driver will ignore this GPU").
+#: (NVIDIA Unix driver deprecation notice; NixOS/nixos-hardware#1880; NVIDIA/ansible-role-nvidia-driver#89 moved its
+#: default to 580 for this reason; docs/volta.md §1; H)
 LAST_VOLTA_DRIVER_BRANCH = 580
+#: The branches after LAST_VOLTA_DRIVER_BRANCH drive Turing (compute capability 7.5) and newer only. (Same sources; H)
+AFTER_LAST_VOLTA_BRANCH_MIN_COMPUTE_CAPABILITY = (7, 5)
 
 #: Open kernel modules need GSP, i.e. Turing (7.5) or newer: below this a GPU needs the proprietary module.
 #: (NVIDIA/open-gpu-kernel-modules README; docs/volta.md §1; H)

@@ -62,7 +62,7 @@ def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
         module_matches_userland(f, pin), open_module(f, plan), secure_boot(f), half_installed(f.dpkg_audit),
         headers_per_kernel(f.kernels), dkms_per_kernel(f, pin), headers_metapackage(f, plan.driver),
         nouveau_not_loaded(f), nouveau_blacklisted(f), blacklist_in_initramfs(f.initramfs_lacking),
-        driver_held(f, pin), sources_of_managed_repositories(f, plan), swapfile(f, plan), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers),
+        driver_held(f, pin), sources_of_managed_repositories(f, plan), swapfile(f, plan), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers, pin),
         persistenced(f), persistence_mode(f), serious_xids(f),
         *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
         *llama_cpp_build(f.llama_cpp_current, plan), *llama_servers_on_gpu(f, plan), *vllm_venv(f, plan),
@@ -292,8 +292,15 @@ def unattended_upgrades(open_: list[str] | None) -> Row:
     return ok("unattended-upgrades cannot touch the driver", "all driver packages blacklisted")
 
 
-def runfile(markers: list[str]) -> Row:
-    """No trace of a .run driver installation beside the packages."""
+def runfile(markers: list[str], pin: DriverPin | None = None) -> Row:
+    """No trace of a .run driver installation beside the packages; for a runfile pin (nvidia_driver_source: runfile)
+    the other way round: the .run driver's uninstaller is there (the stand-in package and the module version are
+    checked by driver_packages_pinned and module_matches_userland like a packaged driver's)."""
+    if pin is not None and pin.runfile is not None:
+        if markers:
+            return ok("driver installed by NVIDIA's .run installer", f"found {markers}")
+        return broken("driver installed by NVIDIA's .run installer", "no /usr/bin/nvidia-uninstall: the .run driver "
+                      "is not installed", "run deploy.py")
     if markers:
         return broken("no runfile installation mixed with packages", f"found {markers}",
                       "run repair.py (runs nvidia-uninstall, then reinstalls the packages)")

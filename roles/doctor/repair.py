@@ -23,9 +23,10 @@ def finish_half_installed():
 
 
 @operation()
-def remove_runfile_driver():
-    """Run the .run driver's own uninstaller: a runfile install under packages breaks both."""
-    if host.get_fact(RunfileMarkers):
+def remove_runfile_driver(pin: DriverPin):
+    """Run the .run driver's own uninstaller: a runfile install under packages breaks both. Not for a runfile pin
+    (nvidia_driver_source: runfile), whose driver the .run installer is."""
+    if pin.runfile is None and host.get_fact(RunfileMarkers):
         yield f"{RUNFILE_UNINSTALLER} --silent"
 
 
@@ -48,5 +49,5 @@ def purge_other_branches(pin: DriverPin):
 @deploy("Repair")
 def repair(pin: DriverPin) -> None:
     finish_half_installed(name="finish half-installed packages")
-    remove_runfile_driver(name="remove a runfile driver")
+    remove_runfile_driver(name="remove a runfile driver", pin=pin)
     purge_other_branches(name="purge other driver branches", pin=pin)

@@ -7,10 +7,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from roles.nvidia_driver.versions import DRIVER_PINS, DriverPin
+from roles.nvidia_driver.versions import (BRANCHLESS_METAPACKAGES, DRIVER_PINS, KERNEL_NEWEST_KNOWN,
+                                          NVIDIA_REPO_WITHOUT_VOLTA, RUNFILE_STANDIN_SOURCE, DriverPin, below,
+                                          kernel_min_driver, kernel_series_tuple)
 from roles.platform import Platform
 from roles.settings import Settings, problem
-from roles.volta import LAST_VOLTA_DRIVER_BRANCH, OPEN_MODULE_MIN_COMPUTE_CAPABILITY, driver_branch
+from roles.volta import (AFTER_LAST_VOLTA_BRANCH_MIN_COMPUTE_CAPABILITY, LAST_VOLTA_DRIVER_BRANCH,
+                         OPEN_MODULE_MIN_COMPUTE_CAPABILITY, driver_branch)
 
 if TYPE_CHECKING:
     from roles.nvidia_driver.facts import DkmsRow, DriverPackage, SecureBootInfo
@@ -31,6 +34,8 @@ class DriverPlan:
     pin: DriverPin
     headers_package: str
     family: str = "debian"
+    #: where the .run file is downloaded from (nvidia_driver_runfile_url or the pin's own URL); None: not a runfile pin
+    runfile_url: str | None = None
 
 
 def compute_capability(settings: Settings) -> tuple[int, int]:
@@ -51,21 +56,27 @@ def select_pin(settings: Settings, pins: tuple[DriverPin, ...]) -> DriverPin | N
     return pins[0] if pins else None
 
 
-def plan(settings: Settings, platform: Platform, kernel_metas: dict, booted: str = ""
-         ) -> tuple[DriverPlan | None, list[str]]:
+def plan(settings: Settings, platform: Platform, kernel_metas: dict, booted: str = "",
+         kernels: tuple[str, ...] | list[str] = ()) -> tuple[DriverPlan | None, list[str]]:
     """Resolve the driver for this host. `kernel_metas` is the KernelMetapackages fact ({metapackage: the kernel
     image package it depends on}), `booted` the running kernel (`uname -r`; '' unknown): see headers_metapackage.
+    `kernels`: the installed kernels (InstalledKernels' keys, `uname -r` form); with `booted` they are checked
+    against the pinned driver (kernel_problems).
 
     Returns (plan, problems): problems are SettingsError lines; plan is None when any were found.
     """
     pins = pins_for(settings, platform)
     problems = (open_module_refused(settings) + branch_drops_volta(settings, pins)
-                + version_not_in_map(settings, platform, pins) + source_has_no_driver(settings, platform, pins))
+                + nvidia_repo_without_volta(settings, platform) + version_not_in_map(settings, platform, pins)
+                + source_has_no_driver(settings, platform, pins))
     pin = select_pin(settings, pins)
+    if pin is not None:
+        problems += branchless_metapackages(pin) + kernel_problems(settings, pin, [booted, *kernels])
     headers = settings.nvidia_driver_headers_package or headers_metapackage(platform, kernel_metas, booted)
     if problems or pin is None:
         return None, problems
-    return DriverPlan(pin, headers, platform.family), []
+    url = (settings.nvidia_driver_runfile_url or pin.runfile.url) if pin.runfile else None
+    return DriverPlan(pin, headers, platform.family, url), []
 
 
 def open_module_refused(settings: Settings) -> list[str]:
@@ -83,7 +94,8 @@ def drops_volta(settings: Settings) -> bool:
     """True when nvidia_driver_version is of a branch after R580 and the GPUs are older than Turing (7.5): such a
     driver refuses them (docs/volta.md §1)."""
     version = settings.nvidia_driver_version
-    return bool(version) and driver_branch(version) > LAST_VOLTA_DRIVER_BRANCH and compute_capability(settings) < (7, 5)
+    return (bool(version) and driver_branch(version) > LAST_VOLTA_DRIVER_BRANCH
+            and compute_capability(settings) < AFTER_LAST_VOLTA_BRANCH_MIN_COMPUTE_CAPABILITY)
 
 
 def branch_drops_volta(settings: Settings, pins: tuple[DriverPin, ...]) -> list[str]:
@@ -93,8 +105,9 @@ def branch_drops_volta(settings: Settings, pins: tuple[DriverPin, ...]) -> list[
     version = settings.nvidia_driver_version
     return [problem(
         "nvidia_driver_version", version,
-        f"driver branch {driver_branch(version)} does not support Volta; R{LAST_VOLTA_DRIVER_BRANCH} is the "
-        "last branch for compute capability 7.0 (NVIDIA Unix driver deprecation notice)",
+        f"driver branch {driver_branch(version)} drives compute capability 7.5 and newer only, these GPUs are "
+        f"{settings.gpu_compute_capability}; R{LAST_VOLTA_DRIVER_BRANCH} is the last branch for them ('supported "
+        "through the NVIDIA 580.xx Legacy drivers': NVIDIA Unix driver notice, NixOS/nixos-hardware#1880)",
         f"pin a {LAST_VOLTA_DRIVER_BRANCH}-or-older version: "
         + (", ".join(p.version for p in pins) or "none in the map for this OS"))]
 
@@ -112,12 +125,101 @@ def version_not_in_map(settings: Settings, platform: Platform, pins: tuple[Drive
 
 
 def source_has_no_driver(settings: Settings, platform: Platform, pins: tuple[DriverPin, ...]) -> list[str]:
-    """Without a pinned version, the source must offer a default driver for this OS."""
-    if settings.nvidia_driver_version or pins:
+    """Without a pinned version, the source must offer a default driver for this OS (nvidia_repo_without_volta
+    says more where NVIDIA's repository has only branches after R580)."""
+    if settings.nvidia_driver_version or pins or nvidia_repo_without_volta(settings, platform):
         return []
     return [problem("nvidia_driver_source", settings.nvidia_driver_source,
                     f"no driver in the version map for {platform.id} from this source",
                     "choose " + " or ".join(s for (p, s) in DRIVER_PINS if p == platform.id))]
+
+
+def nvidia_repo_without_volta(settings: Settings, platform: Platform) -> list[str]:
+    """NVIDIA's repository for this OS carries only branches after R580 (debian13: 590+ only,
+    NVIDIA/cuda-repo-management#38, #40): refused below compute capability 7.5, naming the runfile source."""
+    why = NVIDIA_REPO_WITHOUT_VOLTA.get(platform.id)
+    if (settings.nvidia_driver_source != "nvidia" or why is None
+            or compute_capability(settings) >= AFTER_LAST_VOLTA_BRANCH_MIN_COMPUTE_CAPABILITY):
+        return []
+    fix = ("set nvidia_driver_source: runfile (NVIDIA's R580 .run installer, pinned with its sha256, DKMS)"
+           if (platform.id, "runfile") in DRIVER_PINS else "set nvidia_driver_source: distro")
+    return [problem("nvidia_driver_source", "nvidia",
+                    f"{why}, and R{LAST_VOLTA_DRIVER_BRANCH} is the last branch for compute capability "
+                    f"{settings.gpu_compute_capability}", fix)]
+
+
+def branchless_metapackages(pin: DriverPin) -> list[str]:
+    """A pin must never name a branchless metapackage (BRANCHLESS_METAPACKAGES: cuda-drivers, nvidia-open): they
+    follow the newest branch, which ignores a V100, and the branchless cuda-drivers installs no kernel module
+    (cupy/cupy#10295). The version map has none; this guards it."""
+    named = sorted(n for n in pin.packages if n in BRANCHLESS_METAPACKAGES)
+    if not named:
+        return []
+    return [problem("nvidia_driver_version", pin.version,
+                    f"its entry in the version map names the branchless metapackage(s) {named}, which follow the "
+                    "newest branch and may install no kernel module (cupy/cupy#10295)",
+                    f"name cuda-drivers-{pin.branch} and the module package in roles/nvidia_driver/versions.py")]
+
+
+def kernel_problems(settings: Settings, pin: DriverPin, kernels: list[str]) -> list[str]:
+    """Each running or installed kernel (`uname -r` form, '' ignored) must be one the pinned driver builds on:
+    a kernel of a series with a KERNEL_MIN_DRIVER row needs at least that point release of the pin's branch
+    (refused otherwise, naming newer pins or an older kernel); a kernel of a series newer than KERNEL_NEWEST_KNOWN
+    of the branch (no public report that any release of it builds there) is refused unless
+    nvidia_driver_allow_untested_kernel is set. A branch without a KERNEL_NEWEST_KNOWN entry is not checked."""
+    problems = []
+    for kernel in sorted({k for k in kernels if k}):
+        series = kernel_series(kernel)
+        if not series:
+            continue
+        floor = kernel_min_driver(pin.branch, series)
+        if floor and below(pin.version, floor.version):
+            problems.append(problem(
+                "nvidia_driver_version", pin.version,
+                f"kernel {kernel} (series {series}) needs driver {floor.version} or newer of branch {pin.branch} to "
+                f"build the module ({floor.evidence}); DKMS would fail and the GPU would have no driver after a "
+                "reboot into it",
+                "pin a newer version of the map (roles/nvidia_driver/versions.py) or another source, or remove "
+                f"kernel {kernel} and boot an older one"))
+            continue
+        newest = KERNEL_NEWEST_KNOWN.get(pin.branch)
+        if newest and kernel_series_tuple(series) > kernel_series_tuple(newest[0]) \
+                and not settings.nvidia_driver_allow_untested_kernel:
+            problems.append(problem(
+                "nvidia_driver_allow_untested_kernel", False,
+                f"kernel {kernel} (series {series}) is newer than any series driver branch {pin.branch} is known to "
+                f"build on ({newest[0]}: {newest[1]}); out-of-tree modules that predate a kernel series are not "
+                "expected to build on it",
+                f"boot a kernel of series {newest[0]} or older and remove {kernel}, or set "
+                "nvidia_driver_allow_untested_kernel: true to try the build (the deploy then fails at DKMS if it "
+                "does not build)"))
+    return problems
+
+
+def runfile_problems(settings: Settings, pin: DriverPin, installed: str | None, pkgs: dict[str, DriverPackage]
+                     ) -> list[str]:
+    """A runfile driver is held by the toolkit: a .run driver of another version on the host (`installed`, the
+    RunfileDriver fact) is refused, not replaced; so are the packages of a packaged driver (DriverPackages) beside
+    it, which the installer would overwrite file by file. [] for other pins."""
+    if pin.runfile is None:
+        return []
+    problems = []
+    if installed and installed != pin.version:
+        problems.append(problem(
+            "nvidia_driver_version", settings.nvidia_driver_version or pin.version,
+            f"NVIDIA's installer reports driver {installed} installed on this host; v100kit holds a runfile driver and "
+            "never replaces one on its own",
+            f"set nvidia_driver_version: {installed} to keep it (if the map has it), or run "
+            f"`/usr/bin/nvidia-uninstall --silent` on the host and deploy again to install {pin.version}"))
+    packaged = sorted(n for n, p in pkgs.items() if p["source"] != RUNFILE_STANDIN_SOURCE
+                      and p["source"].startswith("nvidia-graphics-drivers"))
+    if packaged:
+        problems.append(problem(
+            "nvidia_driver_source", "runfile",
+            f"packages of a packaged driver are installed ({', '.join(packaged)}); the .run installer would "
+            "overwrite their files and dpkg would put them back at the next upgrade",
+            f"purge them first (apt-get purge {' '.join(packaged)}), or keep nvidia_driver_source: distro"))
+    return problems
 
 
 def kernel_flavour(release: str) -> str:

@@ -13,17 +13,27 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import apt, files, server, systemd
 
 from roles.facts import AptHolds, HostTraits
+from roles.ops import CURL_RETRY
 from roles.nvidia_driver.decide import (BLACKLIST, PREFERENCES, UNATTENDED, DriverPlan, built_kernels,
                                         compute_capability, unattended_patterns, unheld)
 from roles.nvidia_driver.facts import (DKMS_SIGNING_CERTS, BootId, DkmsStatus, DriverPackages, InitramfsLacking,
                                        InstalledKernels, LoadedModuleFlavour, LoadedNvidiaModule, NvidiaGpus,
-                                       SecureBoot)
+                                       RunfileDriver, SecureBoot)
 from roles.volta import OPEN_MODULE_MIN_COMPUTE_CAPABILITY
-from roles.nvidia_driver.versions import DriverPin
+from roles.nvidia_driver.versions import RUNFILE_DIR, RUNFILE_STANDIN, RUNFILE_STANDIN_SOURCE, DriverPin
 from roles.settings import Settings
 
 TEMPLATES = Path(__file__).parent / "templates"
 REBOOT_DELAY_S = 10  # seconds pyinfra waits after `reboot` before reconnecting
+#: NVIDIA .run installer options for a headless compute box (`--advanced-options` of nvidia-installer): no questions;
+#: the module registered with DKMS (rebuilt for every new kernel like a packaged one); the proprietary module, which
+#: the installer must be told since R560 defaults to the open one that a V100 cannot use (NVIDIA's R560 module
+#: announcement; docs/volta.md §1); no OpenGL/GLX libraries, no nvidia-drm and no 32-bit libraries (no display);
+#: no X and nouveau checks and no initramfs rebuild (the role blacklists nouveau and rebuilds every initramfs itself)
+RUNFILE_FLAGS = ("--silent --dkms --kernel-module-type=proprietary --no-opengl-files --no-drm "
+                 "--no-install-compat32-libs --no-x-check --no-nouveau-check --no-rebuild-initramfs")
+#: the stand-in package's build directory (its DEBIAN/control is rendered from templates/runfile-control.j2)
+STANDIN_DIR = f"{RUNFILE_DIR}/{RUNFILE_STANDIN}"
 
 
 @operation()
@@ -129,6 +139,53 @@ def module_loaded(version: str, allow_reboot: bool, cc: tuple[int, int] = (7, 0)
                        "nvidia_driver_reboot: true")
 
 
+def runfile_path(pin: DriverPin) -> str:
+    """Where the pin's .run file is kept on the host."""
+    return f"{RUNFILE_DIR}/{pin.runfile.file_name}"
+
+
+@operation()
+def runfile_driver(pin: DriverPin):
+    """Install the pinned .run driver with DKMS (RUNFILE_FLAGS), after checking the file against the pinned sha256
+    once more; nothing when NVIDIA's installer already reports the pinned version (RunfileDriver). Another version
+    never reaches here: preflight refuses it (decide.runfile_problems)."""
+    if host.get_fact(RunfileDriver) == pin.version:
+        return
+    path = runfile_path(pin)
+    yield (f"echo '{pin.runfile.sha256}  {path}' | sha256sum --check --status - "
+           f"|| ( echo 'SHA256 of {path} is not the pinned {pin.runfile.sha256}' && exit 1 )")
+    yield f"sh {path} {RUNFILE_FLAGS}"
+
+
+@operation()
+def runfile_recorded(pin: DriverPin):
+    """Build and install the stand-in package (versions.RUNFILE_STANDIN) from its rendered DEBIAN/control, unless
+    dpkg already has it at the pinned version."""
+    recorded = host.get_fact(DriverPackages).get(RUNFILE_STANDIN)
+    if recorded and recorded["version"] == pin.version:
+        return
+    yield (f"dpkg-deb --build --root-owner-group {STANDIN_DIR} {STANDIN_DIR}.deb && dpkg -i {STANDIN_DIR}.deb "
+           f"&& rm -f {STANDIN_DIR}.deb")
+
+
+def runfile_install(settings: Settings, driver: DriverPlan) -> None:
+    """The runfile source's install: download the pinned .run (from nvidia_driver_runfile_url or NVIDIA's server,
+    checked against the pinned sha256 either way) unless that version is installed, run it with DKMS, record it for
+    dpkg with the stand-in package, and give nvidia-persistenced the unit the installer does not ship."""
+    pin = driver.pin
+    if host.get_fact(RunfileDriver) != pin.version:
+        files.download(name=f"NVIDIA {pin.runfile.file_name}", src=driver.runfile_url, dest=runfile_path(pin),
+                       sha256sum=pin.runfile.sha256, mode="700", extra_curl_args=CURL_RETRY)
+    runfile_driver(name=f"driver {pin.version} from NVIDIA's .run installer, proprietary module, DKMS", pin=pin)
+    files.template(name="stand-in package control file", src=str(TEMPLATES / "runfile-control.j2"),
+                   dest=f"{STANDIN_DIR}/DEBIAN/control", mode="644", pin=pin, package=RUNFILE_STANDIN,
+                   source=RUNFILE_STANDIN_SOURCE)
+    runfile_recorded(name=f"{RUNFILE_STANDIN} {pin.version} records the driver for dpkg", pin=pin)
+    unit = files.put(name="nvidia-persistenced unit", src=str(TEMPLATES / "nvidia-persistenced.service"),
+                     dest="/etc/systemd/system/nvidia-persistenced.service", mode="644")
+    systemd.daemon_reload(name="systemd reads the nvidia-persistenced unit", _if=unit.did_change)
+
+
 @deploy("NVIDIA driver")
 def nvidia_driver(settings: Settings, driver: DriverPlan) -> None:
     """Blacklist nouveau, pin, install and hold the driver with headers and DKMS, build it for every kernel, put the
@@ -145,11 +202,16 @@ def nvidia_driver(settings: Settings, driver: DriverPlan) -> None:
         apt.packages(name="mokutil (Secure Boot key enrollment)", no_recommends=True,
                      packages=["mokutil", "openssl"] + (["shim-signed"] if driver.family == "ubuntu" else []))
         dkms_key_enrolled(name="Secure Boot: DKMS signing key enrolled or queued", family=driver.family)
+    # the .run installer compiles with `cc` and make itself (dkms only recommends a compiler): build-essential
     apt.packages(name=f"kernel headers ({driver.headers_package}) and DKMS",
-                 packages=[driver.headers_package, "dkms"], no_recommends=True)
-    apt.packages(name=f"driver {pin.version}, proprietary module",
-                 packages=[f"{n}={v}" for n, v in sorted(pin.packages.items())], no_recommends=True,
-                 extra_install_args="--allow-change-held-packages")
+                 packages=[driver.headers_package, "dkms"] + (["build-essential"] if pin.runfile else []),
+                 no_recommends=True)
+    if pin.runfile:
+        runfile_install(settings, driver)
+    else:
+        apt.packages(name=f"driver {pin.version}, proprietary module",
+                     packages=[f"{n}={v}" for n, v in sorted(pin.packages.items())], no_recommends=True,
+                     extra_install_args="--allow-change-held-packages")
     hold(name="driver packages held", pin=pin)
     dkms_for_every_kernel(name="module built for every installed kernel", module_prefix=pin.dkms_module)
     server.shell(name="initramfs rebuilt with the blacklist", commands=["update-initramfs -u -k all"],

@@ -262,3 +262,24 @@ class KernelMetapackages(FactBase[dict[str, str]]):
             deps = [d.strip().split()[0] for d in parts[2].split(",") if d.strip()]
             metas[name] = next((d for d in deps if re.match(r"linux-image-(unsigned-)?\d", d)), "")
         return metas
+
+
+def runfile_version_from_lines(lines: list[str]) -> str | None:
+    """The driver version of an installed .run driver from `nvidia-installer --version`, whose first line reads
+    'nvidia-installer:  version 580.173.02  (buildmeister@...)  ...'; None when nothing is installed."""
+    for line in lines:
+        m = re.search(r"nvidia-installer:\s+version\s+(\d+\.\d+(?:\.\d+)?)", line)
+        if m:
+            return m.group(1)
+    return None
+
+
+class RunfileDriver(FactBase[str | None]):
+    """The driver version NVIDIA's .run installer installed on the host (it installs itself as
+    /usr/bin/nvidia-installer beside /usr/bin/nvidia-uninstall), None where no .run driver is installed."""
+
+    def command(self) -> str:
+        return "[ -x /usr/bin/nvidia-installer ] && /usr/bin/nvidia-installer --version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> str | None:
+        return runfile_version_from_lines(output)

@@ -47,7 +47,7 @@ def test_secure_boot_doctor_row():
 
 
 def test_secure_boot_with_an_enrolled_key_deploys():
-    assert "nvidia-dkms-580-server=580.95.05-0ubuntu0.22.04.1" in installs(
+    assert "nvidia-dkms-580-server=580.178.04-0ubuntu0.22.04.1" in installs(
         plan_commands(UBUNTU_2204, responses=SB_ON_ENROLLED))
 
 
@@ -70,14 +70,14 @@ def test_secure_boot_enroll_makes_the_dkms_key_and_queues_it_before_the_driver()
 # -- 2. The open kernel module ------------------------------------------------------------------------------------
 # The line a loaded open module writes (issue 13, from a real host); the proprietary one reads "NVIDIA UNIX x86_64
 # Kernel Module".
-PROC_OPEN = ["NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (builder@host)",
+PROC_OPEN = ["NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.178.04  Release Build  (builder@host)",
              "GCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04)"]
 # What `ubuntu-drivers install` leaves for a recent branch: the -open DKMS package of Ubuntu's -server flavour.
 SRV = "nvidia-graphics-drivers-580-server"
-OPEN_PKGS = [f"nvidia-dkms-580-server-open\t580.95.05-0ubuntu0.22.04.1\t{SRV}\tii ",
-             f"nvidia-kernel-source-580-server-open\t580.95.05-0ubuntu0.22.04.1\t{SRV}\tii ",
-             f"nvidia-utils-580-server\t580.95.05-0ubuntu0.22.04.1\t{SRV}\tii "]
-GPU_HOST = {"cat /proc/driver/nvidia/version": PROC_OPEN, "cat /sys/module/nvidia/version": ["580.95.05"],
+OPEN_PKGS = [f"nvidia-dkms-580-server-open\t580.178.04-0ubuntu0.22.04.1\t{SRV}\tii ",
+             f"nvidia-kernel-source-580-server-open\t580.178.04-0ubuntu0.22.04.1\t{SRV}\tii ",
+             f"nvidia-utils-580-server\t580.178.04-0ubuntu0.22.04.1\t{SRV}\tii "]
+GPU_HOST = {"cat /proc/driver/nvidia/version": PROC_OPEN, "cat /sys/module/nvidia/version": ["580.178.04"],
             "dpkg-query -W -f": OPEN_PKGS}
 
 
@@ -96,7 +96,7 @@ def test_repair_purges_the_open_packages_before_the_proprietary_driver_and_reboo
     purge = next(i for i, c in enumerate(cmds) if " purge " in c)
     assert "nvidia-dkms-580-server-open" in cmds[purge] and "nvidia-kernel-source-580-server-open" in cmds[purge]
     assert "nvidia-utils-580-server " not in cmds[purge] + " "  # the pin's own package stays
-    install = next(i for i, c in enumerate(cmds) if "nvidia-dkms-580-server=580.95.05" in c)
+    install = next(i for i, c in enumerate(cmds) if "nvidia-dkms-580-server=580.178.04" in c)
     assert purge < install
     assert not [c for c in cmds if c.startswith("apt-mark hold") and "-open" in c]
     assert [c for c in cmds if "reboot" in c]  # same version, wrong module: only a reboot changes it
@@ -105,7 +105,7 @@ def test_repair_purges_the_open_packages_before_the_proprietary_driver_and_reboo
 def test_open_module_loaded_without_reboot_allowed_is_not_claimed_fine(caplog):
     cmds = plan_commands(UBUNTU_2204, responses=GPU_HOST)
     assert "modprobe nvidia" not in cmds and not [c for c in cmds if "reboot" in c]
-    assert "REBOOT REQUIRED (the open kernel module 580.95.05 is loaded" in caplog.text
+    assert "REBOOT REQUIRED (the open kernel module 580.178.04 is loaded" in caplog.text
 
 
 # -- 3. Desktop and -server flavours of one branch ---------------------------------------------------------------

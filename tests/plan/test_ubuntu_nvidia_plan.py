@@ -24,7 +24,7 @@ def installs(commands: list[str]) -> list[str]:
 def test_plan_ubuntu2204_exact_server_driver_and_nvidia_cuda():
     cmds = plan_commands(UBUNTU_2204)
     pkgs = installs(cmds)
-    assert "nvidia-dkms-580-server=580.95.05-0ubuntu0.22.04.1" in pkgs
+    assert "nvidia-dkms-580-server=580.178.04-0ubuntu0.22.04.1" in pkgs
     assert "cuda-toolkit-12-4=12.4.1-1" in pkgs
     assert "linux-headers-generic" in pkgs  # follows the installed linux-image-generic
     assert not [p for p in pkgs if re.search(r"(^|-)open(-|=|$)", p)], "an -open module package was chosen"
@@ -37,7 +37,7 @@ def test_plan_ubuntu2204_exact_server_driver_and_nvidia_cuda():
 
 def test_plan_ubuntu2204_two_toolkits_side_by_side_default_first():
     cmds = plan_commands(UBUNTU_2204, {"cuda_versions": ["12.4", "11.7"], "cuda_default_version": "11.7",
-                                       "nvidia_driver_version": "580.95.05"})
+                                       "nvidia_driver_version": "580.178.04"})
     pkgs = installs(cmds)
     assert {"cuda-toolkit-12-4=12.4.1-1", "cuda-toolkit-11-7=11.7.1-1"} <= set(pkgs)
     assert any("update-alternatives --set cuda /usr/local/cuda-11.7" in c for c in cmds)
