@@ -100,8 +100,9 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     problems += tuning.check(settings, host.get_fact(Sysctl, keys=list(settings.tuning_sysctl_extra)),
                              host.get_fact(SwapHeaderSize, path=swap), bool(host.get_fact(File, path=swap)),
                              host.get_fact(FreeBytes, path=swap), host.get_fact(PathFilesystem, path=swap))
-    driver, more = nvidia_driver.plan(settings, platform, host.get_fact(KernelMetapackages),
-                                      host.get_fact(HostTraits)["kernel"], list(host.get_fact(InstalledKernels)))
+    traits = host.get_fact(HostTraits)
+    driver, more = nvidia_driver.plan(settings, platform, host.get_fact(KernelMetapackages), traits["kernel"],
+                                      list(host.get_fact(InstalledKernels)), container=traits["virt"] != "none")
     problems += more + ([] if diagnosing else nvidia_driver.secure_boot_refused(settings, host.get_fact(SecureBoot)))
     if driver and driver.pin.runfile and not diagnosing:
         problems += nvidia_driver.runfile_problems(settings, driver.pin, host.get_fact(RunfileDriver),

@@ -57,11 +57,12 @@ def select_pin(settings: Settings, pins: tuple[DriverPin, ...]) -> DriverPin | N
 
 
 def plan(settings: Settings, platform: Platform, kernel_metas: dict, booted: str = "",
-         kernels: tuple[str, ...] | list[str] = ()) -> tuple[DriverPlan | None, list[str]]:
+         kernels: tuple[str, ...] | list[str] = (), container: bool = False) -> tuple[DriverPlan | None, list[str]]:
     """Resolve the driver for this host. `kernel_metas` is the KernelMetapackages fact ({metapackage: the kernel
     image package it depends on}), `booted` the running kernel (`uname -r`; '' unknown): see headers_metapackage.
     `kernels`: the installed kernels (InstalledKernels' keys, `uname -r` form); with `booted` they are checked
-    against the pinned driver (kernel_problems).
+    against the pinned driver (kernel_problems). `container`: the host is a container (HostTraits' virt), whose
+    `uname -r` is the machine's kernel, not one this host builds a module for: only the installed kernels are checked.
 
     Returns (plan, problems): problems are SettingsError lines; plan is None when any were found.
     """
@@ -71,7 +72,7 @@ def plan(settings: Settings, platform: Platform, kernel_metas: dict, booted: str
                 + source_has_no_driver(settings, platform, pins))
     pin = select_pin(settings, pins)
     if pin is not None:
-        problems += branchless_metapackages(pin) + kernel_problems(settings, pin, [booted, *kernels])
+        problems += branchless_metapackages(pin) + kernel_problems(settings, pin, [*([] if container else [booted]), *kernels])
     headers = settings.nvidia_driver_headers_package or headers_metapackage(platform, kernel_metas, booted)
     if problems or pin is None:
         return None, problems

@@ -218,7 +218,11 @@ KERNEL_NEWEST_KNOWN: dict[int, tuple[str, str]] = {
     580: ("7.1", "580.159.04 and newer build on 7.1 (void-linux/void-packages#61087; NixOS/nixpkgs#538659)"),
     570: ("6.17", "570.195.03 builds on 6.17 (Frogging-Family/nvidia-all#310)"),
     550: ("6.12", "Debian 13 ships 550.163.01 for its 6.12 kernel (apt-cache madison, trixie)"),
-    535: ("6.8", "Ubuntu 24.04 ships 535.274.02 -server for its 6.8 kernel (DRIVER_PINS ubuntu2404)"),
+    # Debian's bookworm-backports carries nvidia-kernel-dkms 535.216.03-2~bpo12+1 beside linux-image-amd64
+    # 6.12.95-1~bpo12+1 (apt-cache madison, 2026-12-02): the 535 branch is packaged for 6.12 kernels (M: the archive
+    # shows the pair, not a build log).
+    535: ("6.12", "Debian's bookworm-backports ships 535.216.03 for its 6.12 kernel (apt-cache madison, "
+                  "bookworm-backports, 2026-12-02)"),
 }
 
 

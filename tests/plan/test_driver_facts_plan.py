@@ -279,3 +279,19 @@ def test_plan_level_installed_backports_kernel_refused_for_debians_550():
     with pytest.raises(SettingsError) as e:
         plan_commands(DEBIAN_13, {}, debian13(installed=[TRIXIE_KERNEL, "6.16.12+deb13-amd64"]))
     assert "kernel 6.16.12+deb13-amd64 (series 6.16) is newer than any series driver branch 550" in str(e.value)
+
+
+def test_plan_level_container_checks_installed_kernels_not_the_machines():
+    # A systemd-nspawn host (the lab) reports the machine's kernel in `uname -r` (lab.md: "uname -r is the host's
+    # kernel (6.18.x)"); DKMS there builds for the kernels installed in /boot, which are the ones to check.
+    machine_kernel = "6.18.44-fc-v1045"  # this development machine's `uname -r`
+    bare = debian13(kernel=machine_kernel, installed=[TRIXIE_KERNEL])
+    with pytest.raises(SettingsError) as e:  # on bare metal that running kernel is refused for Debian's 550
+        plan_commands(DEBIAN_13, {}, bare)
+    assert f"kernel {machine_kernel} (series 6.18)" in str(e.value)
+    container = {**bare, "systemd-detect-virt": ["virt=systemd-nspawn", *bare["systemd-detect-virt"][1:]]}
+    assert plan_commands(DEBIAN_13, {}, container)
+    # an installed kernel the branch is not known to build on is still refused inside a container
+    with pytest.raises(SettingsError) as e:
+        plan_commands(DEBIAN_13, {}, {**container, "build/Makefile": [f"{TRIXIE_KERNEL} 1", "6.16.12+deb13-amd64 1"]})
+    assert "kernel 6.16.12+deb13-amd64 (series 6.16)" in str(e.value)
