@@ -80,11 +80,11 @@ def one_model(key: str, inst: LlamaCppInstance | VllmInstance, fix: str, shown: 
 #: The systemd units whose processes are v100kit's own on a GPU (roles/llama_cpp, roles/vllm, roles/ray units): their
 #: memory is what a re-deploy replaces, not memory in use by others.
 OWN_UNIT = re.compile(r"^(llama-server@.+|vllm@.+|ray)\.service$")
-#: memory.used an idle GPU may show with no process on it, in MiB: 0 MiB on an idle H200 (driver 590.48.01:
-#: utkuozdemir/nvidia_gpu_exporter internal/captures/linux-x86_64__nvidia-h200__590.48.01.txt, "idle"), 0-1 MiB in
-#: public nvidia-smi tables of idle V100s (drivers 535-560).
-#: Up to this much is counted but not named as memory in use by others (no doctor row, no line in the plan).
-IDLE_USED_MIB = 16
+#: memory.used no process accounts for, in MiB: 0 MiB on an idle H200 and 20 MiB beyond its processes' own figures
+#: under load (driver 590.48.01: 32362 MiB used, processes 2566 + 1542 + 28234; utkuozdemir/nvidia_gpu_exporter
+#: internal/captures/linux-x86_64__nvidia-h200__590.48.01.txt), 0-1 MiB in public nvidia-smi tables of idle V100s.
+#: Up to this much is subtracted but not named as memory in use by others (no doctor row, no line in the plan).
+IDLE_USED_MIB = 64
 #: How a GPU's users name the memory in use by processes outside v100kit (roles/engines.py gpu_claims).
 OUTSIDE = "outside v100kit"
 
