@@ -34,6 +34,26 @@ def _memory(m) -> dict | None:
                 "reasons": m.reasons}
 
 
+def gpus_summary(plan: HostPlan) -> dict:
+    """Per GPU index (str): what each instance claims of it and the total (MiB), and where nvidia-smi answered its
+    name, compute capability, usable memory and the memory in use by processes outside v100kit with their PIDs."""
+    facts = {g["index"]: g for g in plan.gpus}
+    out: dict = {}
+    for g in sorted(set(plan.gpu_claims) | set(facts)):
+        users = plan.gpu_claims.get(g, [])
+        gpu = facts.get(g)
+        out[str(g)] = {
+            "claims_mib": {u: None if b is None else round(b / MiB) for u, b in users},
+            "total_mib": round(sum(b or 0 for _, b in users) / MiB),
+            **({} if gpu is None else {
+                "name": gpu["name"], "compute_capability": gpu["compute_cap"], "memory_mib": usable_mib(gpu),
+                "outside_v100kit_mib": outside_use(gpu)[0],
+                "outside_v100kit": [{"pid": p["pid"], "name": p["name"], "used_mib": p["used_mib"]}
+                                    for p in outside_use(gpu)[1]],
+                "outside_v100kit_why": describe_outside(gpu)})}
+    return out
+
+
 def summarize(host, plan: HostPlan) -> dict:
     """The plan of one host as plain data; instances keyed by their systemd unit (llama-server@NAME, vllm@NAME)."""
     out = {"platform": plan.platform.id, "driver": plan.driver.pin.version,
@@ -52,20 +72,7 @@ def summarize(host, plan: HostPlan) -> dict:
                     "slots": inst.serving.slots, "context_per_request": inst.serving.context,
                     "kv_pool_tokens": inst.serving.pool, "kv_unified": inst.serving.unified,
                     "full_length_requests_at_once": inst.serving.slots, "why": list(inst.serving.why)}}
-    facts = {g["index"]: g for g in plan.gpus}
-    out["gpus"] = {}
-    for g in sorted(set(plan.gpu_claims) | set(facts)):
-        users = plan.gpu_claims.get(g, [])
-        gpu = facts.get(g)
-        out["gpus"][str(g)] = {
-            "claims_mib": {u: None if b is None else round(b / MiB) for u, b in users},
-            "total_mib": round(sum(b or 0 for _, b in users) / MiB),
-            **({} if gpu is None else {
-                "name": gpu["name"], "compute_capability": gpu["compute_cap"], "memory_mib": usable_mib(gpu),
-                "outside_v100kit_mib": outside_use(gpu)[0],
-                "outside_v100kit": [{"pid": p["pid"], "name": p["name"], "used_mib": p["used_mib"]}
-                                    for p in outside_use(gpu)[1]],
-                "outside_v100kit_why": describe_outside(gpu)})}
+    out["gpus"] = gpus_summary(plan)
     if plan.ray:
         r = plan.ray
         out["ray"] = {"cluster": r.cluster, "role": r.role, "head": r.head, "nodes": list(r.nodes),
