@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlparse, urlsplit
 
-from roles.nvidia_driver.facts import GpuInfo
+from roles.nvidia_driver.facts import GpuInfo, GpuProcess
 from roles.settings import LlamaCppInstance, Settings, VllmInstance, problem
 
 MIB = 1 << 20
@@ -77,11 +77,43 @@ def one_model(key: str, inst: LlamaCppInstance | VllmInstance, fix: str, shown: 
     return [problem(key, shown, "needs exactly one of model_path and model_source", fix)]
 
 
+#: The systemd units whose processes are v100kit's own on a GPU (roles/llama_cpp, roles/vllm, roles/ray units): their
+#: memory is what a re-deploy replaces, not memory in use by others.
+OWN_UNIT = re.compile(r"^(llama-server@.+|vllm@.+|ray)\.service$")
+#: memory.used no process accounts for, in MiB: 0 MiB on an idle H200 and 20 MiB beyond its processes' own figures
+#: under load (driver 590.48.01: 32362 MiB used, processes 2566 + 1542 + 28234; utkuozdemir/nvidia_gpu_exporter
+#: internal/captures/linux-x86_64__nvidia-h200__590.48.01.txt), 0-1 MiB in public nvidia-smi tables of idle V100s.
+#: Up to this much is subtracted but not named as memory in use by others (no doctor row, no line in the plan).
+IDLE_USED_MIB = 64
+#: How a GPU's users name the memory in use by processes outside v100kit (roles/engines.py gpu_claims).
+OUTSIDE = "outside v100kit"
+
+
+def host_gpus(settings: Settings, gpus: list[GpuInfo]) -> list[GpuInfo]:
+    """The NvidiaGpus fact, else (no driver answers yet) gpu_count GPUs of gpu_memory_mib MiB and compute capability
+    gpu_compute_capability, indices 0..gpu_count-1, nothing in use."""
+    return gpus or [GpuInfo(index=i, name="", compute_cap=settings.gpu_compute_capability,
+                            memory_mib=settings.gpu_memory_mib, persistence_mode=False, driver_version="")
+                    for i in range(settings.gpu_count)]
+
+
+def given_gpus(settings: Settings, gpus: list[GpuInfo], indices: list[int] | None) -> list[GpuInfo]:
+    """The GPUs an instance is given: those its `gpus` setting lists (nvidia-smi's indices: the units set
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, so that CUDA counts in the same order), else all of host_gpus. An index the host
+    lacks is left out (the roles refuse it)."""
+    listed = host_gpus(settings, gpus)
+    if indices is None:
+        return listed
+    by_index = {g["index"]: g for g in listed}
+    return [by_index[i] for i in indices if i in by_index]
+
+
 def compute_capability(settings: Settings, gpus: list[GpuInfo]) -> tuple[int, int]:
-    """(major, minor) of the first GPU nvidia-smi lists (the NvidiaGpus fact), else of gpu_compute_capability.
-    Raises ValueError for a capability not written "M.m"."""
-    major, minor = (gpus[0]["compute_cap"] if gpus else settings.gpu_compute_capability).split(".")
-    return int(major), int(minor)
+    """(major, minor) of the lowest compute capability among `gpus` (the GPUs an instance is given, given_gpus; an
+    instance must run on each of them), else of gpu_compute_capability. Raises ValueError for a capability not
+    written "M.m"."""
+    caps = [g["compute_cap"] for g in gpus] or [settings.gpu_compute_capability]
+    return min(tuple(int(x) for x in c.split(".")) for c in caps)  # type: ignore[return-value]
 
 
 def gpu_count(settings: Settings, gpus: list[GpuInfo]) -> int:
@@ -89,50 +121,100 @@ def gpu_count(settings: Settings, gpus: list[GpuInfo]) -> int:
     return len(gpus) or settings.gpu_count
 
 
+def usable_mib(gpu: GpuInfo) -> int:
+    """The VRAM processes can have on one GPU, in MiB: memory.used + memory.free where nvidia-smi gives both (drivers
+    that report memory.reserved leave the driver's reservation out of both: an idle H200 on 590.48.01 shows 143771
+    total, 614 reserved, 0 used, 143158 free), else memory.total."""
+    used, free = gpu.get("memory_used_mib"), gpu.get("memory_free_mib")
+    return gpu["memory_mib"] if used is None or free is None else min(gpu["memory_mib"], used + free)
+
+
 def gpu_memory_mib(settings: Settings, gpus: list[GpuInfo]) -> int:
-    """VRAM of the smallest listed GPU in MiB, else gpu_memory_mib."""
-    return min(g["memory_mib"] for g in gpus) if gpus else settings.gpu_memory_mib
+    """VRAM in MiB (usable_mib) of the smallest of `gpus` (the GPUs an instance is given: the planners split an
+    instance evenly over them), else gpu_memory_mib."""
+    return min(usable_mib(g) for g in gpus) if gpus else settings.gpu_memory_mib
+
+
+def outside_use(gpu: GpuInfo) -> tuple[int, list[GpuProcess]]:
+    """(MiB of `gpu` in use by processes v100kit does not manage, those of its listed processes): nvidia-smi's
+    memory.used less what the processes of v100kit's own units (OWN_UNIT: what a re-deploy replaces) hold. Memory no
+    listed process accounts for (a process of another container, invisible here) counts as outside too. Where
+    memory.used or an own process's figure is "[N/A]", the other processes' own figures. Never raises."""
+    procs = gpu.get("processes", [])
+    own = [p for p in procs if OWN_UNIT.match(p["unit"])]
+    others = [p for p in procs if not OWN_UNIT.match(p["unit"])]
+    used = gpu.get("memory_used_mib")
+    if used is None or any(p["used_mib"] is None for p in own):
+        return sum(p["used_mib"] or 0 for p in others), others
+    return max(0, used - sum(p["used_mib"] or 0 for p in own)), others
+
+
+def describe_outside(gpu: GpuInfo) -> str:
+    """The memory outside v100kit on one GPU in words: "GPU 0 (Tesla V100-SXM2-32GB): 31589 MiB used by PID 299381
+    (python)"; "" up to IDLE_USED_MIB."""
+    mib, procs = outside_use(gpu)
+    if mib <= IDLE_USED_MIB:
+        return ""
+    who = ", ".join(f"{p['pid']} ({p['name'] or 'name not shown'}"
+                    + ("" if p["used_mib"] is None else f", {p['used_mib']} MiB") + ")" for p in procs)
+    name = f" ({gpu['name']})" if gpu["name"] else ""
+    return (f"GPU {gpu['index']}{name}: {mib} MiB in use by processes outside v100kit"
+            + (f": PID{'s' if len(procs) > 1 else ''} {who}" if procs else
+               " (no process nvidia-smi lists here: another container or PID namespace)"))
 
 
 def gpu_claims(llama_instances: list[tuple[str, list[int] | None, int | None]],
-               vllm_instances: list[tuple[str, list[int] | None, int, float, int]], n_gpus: int, gpu_mib: int
-               ) -> dict[int, list[tuple[str, int | None]]]:
+               vllm_instances: list[tuple[str, list[int] | None, int, float, int]], memory: Mapping[int, int],
+               outside: Mapping[int, int] | None = None) -> dict[int, list[tuple[str, int | None]]]:
     """Who claims how much of each GPU, across both engines: {GPU index: [(unit, bytes or None), ...]}.
 
     llama_instances: (llama-server@NAME, gpus setting or None, the planner's total bytes per GPU, None when the
     model is not readable before the deploy); llama-server spreads its layers over every GPU it sees (gpus, else
-    all n_gpus), so it claims each of them.
+    all), so it claims each of them.
     vllm_instances: (vllm@NAME, gpus setting or None, tensor_parallel_size, gpu_memory_utilization, bytes outside
     the share); vLLM takes its share of the whole GPU on the first tensor_parallel_size GPUs it sees, and its CUDA
     context and CUDA graphs come on top of that share (roles/planner/vllm.py: vllm#11251 ran out of memory capturing
-    graphs with too little left outside it). gpu_mib: VRAM per GPU in MiB.
+    graphs with too little left outside it).
+    memory: {GPU index: VRAM in MiB} of every GPU of the host. outside: {GPU index: MiB in use by processes outside
+    v100kit} to count as the user OUTSIDE (outside_use), on the GPUs that hold any.
     """
     claims: dict[int, list[tuple[str, int | None]]] = {}
     for unit, gpus, per_gpu in llama_instances:
-        for g in gpus or range(n_gpus):
+        for g in gpus or sorted(memory):
             claims.setdefault(g, []).append((unit, per_gpu))
-    for unit, gpus, tp, share, outside in vllm_instances:
-        for g in (gpus or list(range(n_gpus)))[:tp]:
-            claims.setdefault(g, []).append((unit, int(share * gpu_mib * MIB) + outside))
+    for unit, gpus, tp, share, outside_share in vllm_instances:
+        for g in (gpus or sorted(memory))[:tp]:
+            claims.setdefault(g, []).append((unit, int(share * memory.get(g, 0) * MIB) + outside_share))
+    for g, mib in sorted((outside or {}).items()):
+        if mib and g in claims:
+            claims[g].append((OUTSIDE, mib * MIB))
     return claims
 
 
-def shared_gpu_problems(claims: dict[int, list[tuple[str, int | None]]], gpu_mib: int) -> list[str]:
-    """One problem per GPU that instances of both engines share and together overfill (bytes they claim above
-    gpu_mib MiB); instances of one engine alone are checked by that engine's role. Unknown sizes count 0."""
+def gpu_sum_problems(claims: dict[int, list[tuple[str, int | None]]], memory: Mapping[int, int],
+                     outside_words: Mapping[int, str] | None = None) -> list[str]:
+    """One problem per GPU whose users together claim more than its memory (`memory`: {index: MiB}), within an
+    engine and across engines and with the memory in use outside v100kit (the user OUTSIDE; `outside_words`: {index:
+    describe_outside's words} for the message). Unknown sizes (a model not readable before the deploy) count 0.
+    The second instance to start on such a GPU runs out of memory, so this refuses before any change."""
     problems = []
     for g, users in sorted(claims.items()):
-        engines = {unit.split("@")[0] for unit, _ in users}
         total = sum(b or 0 for _, b in users)
-        if len(engines) < 2 or total <= gpu_mib * MIB:
+        units = [u for u, _ in users if u != OUTSIDE]
+        if total <= memory.get(g, 0) * MIB or (len(units) < 2 and not any(u == OUTSIDE for u, _ in users)):
             continue
         shown = {unit: f"{(b or 0) / MIB:.0f} MiB" for unit, b in users}
-        problems.append(problem("gpus", shown, f"llama-server and vLLM instances share GPU {g} and claim "
-                                f"{total / MIB:.0f} MiB of its {gpu_mib} MiB together (llama-server's planned "
-                                "total plus vLLM's gpu_memory_utilization share and its CUDA context and graphs "
-                                "outside it): the second to start runs out of "
-                                "memory", "give the instances different GPUs (gpus: [...] on each), lower the vLLM "
-                                "instance's gpu_memory_utilization, or shorten the llama-server context"))
+        fixes = ["give the instances different GPUs (gpus: [...] on each)", "shorten a llama-server context or set "
+                 "fewer slots (parallel)", "lower a vLLM instance's gpu_memory_utilization"]
+        if any(u == OUTSIDE for u, _ in users):
+            fixes.append("stop the processes outside v100kit, or set allow_gpu_in_use: true on every instance of "
+                         "this GPU where they will have stopped before it starts")
+        why = (f"{' and '.join(units)} claim{'s' if len(units) == 1 else ''} {total / MIB:.0f} MiB of GPU {g}'s "
+               f"{memory.get(g, 0)} MiB" + (" together" if len(units) > 1 else "")
+               + (f" with {outside_words[g]}" if outside_words and outside_words.get(g) else "")
+               + " (llama-server's planned total, vLLM's gpu_memory_utilization share with its CUDA context and graphs"
+               " outside it): the last to start runs out of memory")
+        problems.append(problem("gpus", shown, why, "; or ".join(fixes)))
     return problems
 
 

@@ -16,7 +16,8 @@ from roles import hub
 from roles.base import decide as base
 from roles.cuda import decide as cuda
 from roles.cuda.versions import Toolkit
-from roles.engines import gpu_claims, gpu_count, gpu_memory_mib, shared_gpu_problems
+from roles.engines import (describe_outside, gpu_claims, gpu_count, gpu_sum_problems, host_gpus, outside_use,
+                           usable_mib)
 from roles.llama_cpp import decide as llama_cpp
 from roles.nvidia_driver import decide as nvidia_driver
 from roles.facts import HostTraits
@@ -67,9 +68,11 @@ class HostPlan:
     toolkits: list[Toolkit]  # default toolkit first
     llama_cpp: llama_cpp.LlamaCppPlan | None  # None: no llama-server instance configured
     vllm: vllm.VllmPlan | None  # None: no vLLM instance configured (and no Ray cluster)
-    #: {GPU index: [(unit, bytes it claims or None), ...]} across both engines (roles/engines.py gpu_claims)
+    #: {GPU index: [(unit, bytes it claims or None), ...]} across both engines and the memory in use outside
+    #: v100kit (roles/engines.py gpu_claims)
     gpu_claims: dict = field(default_factory=dict)
     ray: ray.RayPlan | None = None  # None: not a node of a Ray cluster
+    gpus: list = field(default_factory=list)  # the NvidiaGpus fact: per GPU its memory and processes
 
 
 def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> HostPlan:
@@ -127,10 +130,13 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     for line in (w for i in (served.instances if served else ()) for w in i.warnings):
         logger.warning(f"[{host.name}] vllm: {line}")
     claims = gpu_claims_of(settings, gpus, llama, served)
-    problems += shared_gpu_problems(claims, gpu_memory_mib(settings, gpus))
+    problems += gpu_sum_problems(claims, {g["index"]: usable_mib(g) for g in host_gpus(settings, gpus)},
+                                 {g["index"]: describe_outside(g) for g in gpus})
     if problems or driver is None:
         raise SettingsError(host.name, problems)
-    return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster)
+    for line in filter(None, (describe_outside(g) for g in gpus)):
+        logger.warning(f"[{host.name}] {line}")
+    return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster, gpus=gpus)
 
 
 def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> list[ray.Node]:
@@ -170,12 +176,17 @@ def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> lis
 
 def gpu_claims_of(settings: Settings, gpus: list, llama: llama_cpp.LlamaCppPlan | None,
                   served: vllm.VllmPlan | None) -> dict[int, list[tuple[str, int | None]]]:
-    """Each GPU's users across both engines with the bytes they claim (roles/engines.py gpu_claims)."""
+    """Each GPU's users across both engines with the bytes they claim (roles/engines.py gpu_claims), and the memory
+    in use by processes outside v100kit on it unless every instance there sets allow_gpu_in_use."""
+    listed = host_gpus(settings, gpus)
+    instances = [*(llama.instances if llama else ()), *(served.instances if served else ())]
+    sees = {id(i): set(i.settings.gpus or [g["index"] for g in listed]) for i in instances}
+    outside = {g["index"]: outside_use(g)[0] for g in gpus
+               if not all(i.settings.allow_gpu_in_use for i in instances if g["index"] in sees[id(i)])}
     return gpu_claims(
-        [(f"llama-server@{i.name}", i.settings.gpus, i.memory.total_bytes if i.memory else None)
-         for i in llama.instances]
+        [(f"llama-server@{i.name}", i.settings.gpus, llama_cpp.claim_bytes(i)) for i in llama.instances]
         if llama else [],
         [(f"vllm@{i.name}", i.settings.gpus, i.settings.tensor_parallel_size, i.settings.gpu_memory_utilization,
           VLLM_CUDA_CONTEXT_BYTES + vllm_graph_bytes(i.settings.tensor_parallel_size, i.settings.enforce_eager))
          for i in served.instances] if served else [],
-        gpu_count(settings, gpus), gpu_memory_mib(settings, gpus))
+        {g["index"]: usable_mib(g) for g in listed}, outside)

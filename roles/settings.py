@@ -45,7 +45,16 @@ def _once_each(values: list | None, what: str) -> list | None:
     return values
 
 
-class LlamaCppInstance(BaseModel):
+class _InstanceOnGpus(BaseModel):
+    """The settings both engines' instances share, declared once."""
+
+    allow_gpu_in_use: bool = Field(
+        False, description="plan on the GPUs' whole memory although processes outside v100kit use some of it now "
+                           "(they must have stopped before the instance starts); refused otherwise where the "
+                           "instance does not fit beside them")
+
+
+class LlamaCppInstance(_InstanceOnGpus):
     """One llama-server instance (systemd unit llama-server@NAME). The model is either `model_path` on the host,
     or `model_source` (URL or path on the control machine) with `model_sha256`, placed under the service home."""
 
@@ -144,7 +153,7 @@ def _hub_source(value: str | None, needs_file: bool) -> str | None:
     return value
 
 
-class VllmInstance(BaseModel):
+class VllmInstance(_InstanceOnGpus):
     """One vLLM OpenAI-compatible server (systemd unit vllm@NAME). The model is a Hugging Face directory
     (config.json + *.safetensors): `model_path` on the host, or `model_source` on the control machine, copied to
     the service home."""

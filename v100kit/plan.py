@@ -16,6 +16,7 @@ import argparse
 import json
 
 from v100kit.hosts import HostFailure, exit_status, for_each_host, json_results
+from roles.engines import describe_outside, outside_use, usable_mib
 from roles.llama_cpp.jobs import host_build_jobs
 from roles.preflight import HostPlan
 
@@ -31,6 +32,26 @@ def _memory(m) -> dict | None:
                 "budget_mib": round(m.budget_bytes / MiB), "max_context_tokens": m.max_context_that_fits,
                 "layers_offloaded": m.layers_offloaded, "decode_ceiling_tps": round(m.decode_ceiling_tps, 1),
                 "reasons": m.reasons}
+
+
+def gpus_summary(plan: HostPlan) -> dict:
+    """Per GPU index (str): what each instance claims of it and the total (MiB), and where nvidia-smi answered its
+    name, compute capability, usable memory and the memory in use by processes outside v100kit with their PIDs."""
+    facts = {g["index"]: g for g in plan.gpus}
+    out: dict = {}
+    for g in sorted(set(plan.gpu_claims) | set(facts)):
+        users = plan.gpu_claims.get(g, [])
+        gpu = facts.get(g)
+        out[str(g)] = {
+            "claims_mib": {u: None if b is None else round(b / MiB) for u, b in users},
+            "total_mib": round(sum(b or 0 for _, b in users) / MiB),
+            **({} if gpu is None else {
+                "name": gpu["name"], "compute_capability": gpu["compute_cap"], "memory_mib": usable_mib(gpu),
+                "outside_v100kit_mib": outside_use(gpu)[0],
+                "outside_v100kit": [{"pid": p["pid"], "name": p["name"], "used_mib": p["used_mib"]}
+                                    for p in outside_use(gpu)[1]],
+                "outside_v100kit_why": describe_outside(gpu)})}
+    return out
 
 
 def summarize(host, plan: HostPlan) -> dict:
@@ -51,9 +72,7 @@ def summarize(host, plan: HostPlan) -> dict:
                     "slots": inst.serving.slots, "context_per_request": inst.serving.context,
                     "kv_pool_tokens": inst.serving.pool, "kv_unified": inst.serving.unified,
                     "full_length_requests_at_once": inst.serving.slots, "why": list(inst.serving.why)}}
-    out["gpus"] = {str(g): {"claims_mib": {u: None if b is None else round(b / MiB) for u, b in users},
-                            "total_mib": round(sum(b or 0 for _, b in users) / MiB)}
-                   for g, users in sorted(plan.gpu_claims.items())}
+    out["gpus"] = gpus_summary(plan)
     if plan.ray:
         r = plan.ray
         out["ray"] = {"cluster": r.cluster, "role": r.role, "head": r.head, "nodes": list(r.nodes),
@@ -90,7 +109,11 @@ def table(results: dict) -> str:
             lines.append(f"   vLLM {v['version']} ({v['engine']} engine, Python {v['python']}) {v['venv']}")
         for g, d in r.get("gpus", {}).items():
             users = ", ".join(f"{u} {'?' if m is None else m}" for u, m in d["claims_mib"].items())
-            lines.append(f"   GPU {g}: {d['total_mib']} MiB claimed ({users})")
+            of = (f" of {d['memory_mib']} ({d['name']}, compute capability {d['compute_capability']})"
+                  if "memory_mib" in d else "")
+            lines.append(f"   GPU {g}: {d['total_mib']} MiB claimed{of}" + (f" ({users})" if users else ""))
+            if d.get("outside_v100kit_why"):
+                lines.append(f"   GPU {g}: {d['outside_v100kit_why']}")
         for inst, d in r["instances"].items():
             p = d["plan"]
             lines += [f"   WARNING {w}" for w in d.get("warnings", [])]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from roles.base.decide import NVIDIA_SOURCE_FILE, managed_repositories, our_source_file, stray_sources
+from roles.engines import IDLE_USED_MIB, describe_outside, outside_use
 from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.nvidia_driver.decide import (BLACKLIST, built_kernels, compute_capability, open_module_packages,
                                         split_driver_packages, upstream)
@@ -62,8 +63,8 @@ def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
         module_matches_userland(f, pin), open_module(f, plan), secure_boot(f), half_installed(f.dpkg_audit),
         headers_per_kernel(f.kernels), dkms_per_kernel(f, pin), headers_metapackage(f, plan.driver),
         nouveau_not_loaded(f), nouveau_blacklisted(f), blacklist_in_initramfs(f.initramfs_lacking),
-        driver_held(f, pin), sources_of_managed_repositories(f, plan), swapfile(f, plan), unattended_upgrades(f.unattended_open), runfile(f.runfile_markers, pin),
-        persistenced(f), persistence_mode(f), serious_xids(f),
+        driver_held(f, pin), sources_of_managed_repositories(f, plan), swapfile(f, plan), unattended_upgrades(f.unattended_open),
+        runfile(f.runfile_markers, pin), persistenced(f), persistence_mode(f), *gpu_memory_outside(f), serious_xids(f),
         *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
         *llama_cpp_build(f.llama_cpp_current, plan), *llama_servers_on_gpu(f, plan), *vllm_venv(f, plan),
         *ray_node(f, plan),
@@ -324,6 +325,26 @@ def persistence_mode(f: DoctorFacts) -> Row:
     if off:
         return broken("persistence mode on", f"off on GPUs {off}", "run repair.py")
     return ok("persistence mode on", f"{len(f.gpus)} GPUs")
+
+
+def gpu_memory_outside(f: DoctorFacts) -> list[Row]:
+    """Per GPU, "GPU N memory used by processes outside v100kit": ok up to IDLE_USED_MIB (what an idle GPU shows),
+    else broken naming the MiB and the PIDs (roles/engines.py outside_use: memory.used less what v100kit's own
+    units' processes hold): the plan is made without that memory, so an instance restarted beside it may run out.
+    No rows without a visible GPU (the persistence row says so)."""
+    rows = []
+    for g in f.gpus:
+        check = f"GPU {g['index']} memory used by processes outside v100kit"
+        mib, procs = outside_use(g)
+        if mib <= IDLE_USED_MIB:
+            rows.append(ok(check, f"{mib} MiB"))
+            continue
+        pids = " ".join(str(p["pid"]) for p in procs)
+        rows.append(broken(check, describe_outside(g), (f"stop them if they are not wanted (kill {pids}), " if pids
+                                                         else "find them (another container?), ")
+                           + "or give the instances other GPUs (gpus: [...]); allow_gpu_in_use: true plans an "
+                             "instance as if they had stopped"))
+    return rows
 
 
 def serious_xids(f: DoctorFacts) -> Row:

@@ -20,8 +20,9 @@ from urllib.parse import quote, urlparse
 from roles import planner
 from roles.cuda.versions import Toolkit
 from roles.hub import is_header_copy
-from roles.engines import (compute_capability, gpu_claims, gpu_count, gpu_memory_mib, is_url, network_listener,
-                           one_model, port_clashes, sha256_file, url_file_name)
+from roles.engines import (IDLE_USED_MIB, compute_capability, describe_outside, given_gpus, gpu_claims, gpu_count,
+                           gpu_memory_mib, host_gpus, is_url, network_listener, one_model, outside_use, port_clashes,
+                           sha256_file, url_file_name, usable_mib)
 from roles.llama_cpp import slots as serving
 from roles.llama_cpp.choices import (KvChoice, architecture_problems as model_architecture_problems, choose_kv,
                                      context_problems, gpu_architecture_problems, kv_candidates)
@@ -237,37 +238,76 @@ def architecture_problems(archs: tuple[str, ...], tk: Toolkit | None) -> list[st
 @dataclass(frozen=True)
 class GpuShare:
     """The share of its GPUs one llama-server instance plans within: `fraction` of each GPU's VRAM (0..1, the
-    usable fraction already applied) and why, one line ("" when it has them to itself)."""
+    usable fraction already applied) and why, one line ("" when it has them to itself); `outside`: the memory in use
+    by processes outside v100kit taken off, in words per GPU (describe_outside; () when none)."""
 
     fraction: float
     why: str = ""
+    outside: tuple[str, ...] = ()
 
 
-def gpu_shares(settings: Settings, gpus: list[GpuInfo]) -> dict[str, GpuShare]:
-    """{instance name: GpuShare} of every llama-server instance: what the vLLM instances on the same GPUs claim
-    (gpu_memory_utilization of the GPU plus its CUDA context and graphs outside it, roles/engines.py gpu_claims)
-    is taken off first, and llama-server instances that see a common GPU split the rest evenly, so that an
-    automatically sized KV pool never fills memory another instance is planned in. Never raises."""
-    n, gpu_mib = gpu_count(settings, gpus), gpu_memory_mib(settings, gpus)
+def sized_as_set(inst: LlamaCppInstance) -> bool:
+    """The instance's memory is fixed by its settings (context and parallel both set: nothing left to choose but the
+    KV type), so it is planned first, within what its GPUs have, and the others share what it leaves."""
+    return inst.context is not None and inst.parallel is not None
+
+
+def gpu_shares(settings: Settings, gpus: list[GpuInfo], set_claims: dict[str, int | None] | None = None
+               ) -> dict[str, GpuShare]:
+    """{instance name: GpuShare} of every llama-server instance, per GPU it is given (given_gpus): what the vLLM
+    instances on that GPU claim (gpu_memory_utilization of the GPU plus its CUDA context and graphs outside it,
+    roles/engines.py gpu_claims) and the memory in use by processes outside v100kit (outside_use; not where the
+    instance sets allow_gpu_in_use) are taken off first. An instance sized as set (sized_as_set) plans within all the
+    rest; the others also leave what those claim (`set_claims`: {name: planned bytes per GPU} once they are planned)
+    and split the rest evenly where they see a common GPU, so that an automatically sized KV pool never fills memory
+    another instance is planned in. The tightest of the instance's GPUs decides. Never raises."""
+    listed = host_gpus(settings, gpus)
+    memory = {g["index"]: usable_mib(g) for g in listed}
     vllm = gpu_claims([], [(f"vllm@{k}", v.gpus, v.tensor_parallel_size, v.gpu_memory_utilization,
                             planner.VLLM_CUDA_CONTEXT_BYTES + planner.vllm_graph_bytes(v.tensor_parallel_size,
                                                                                        v.enforce_eager))
-                           for k, v in sorted(settings.vllm_instances.items())], n, gpu_mib)
-    seen = {k: set(v.gpus or range(n)) for k, v in settings.llama_cpp_instances.items()}
+                           for k, v in sorted(settings.vllm_instances.items())], memory)
+    outside = {g["index"]: outside_use(g)[0] for g in listed}
+    words = {g["index"]: describe_outside(g) for g in listed}
+    insts = settings.llama_cpp_instances
+    seen = {k: [g["index"] for g in given_gpus(settings, gpus, v.gpus)] for k, v in insts.items()}
+    set_claims = set_claims or {}
     out = {}
     for name, mine in seen.items():
-        others = sorted(k for k, g in seen.items() if k != name and g & mine)
-        taken = max((sum(b or 0 for _, b in vllm.get(g, [])) for g in mine), default=0)
-        left = max(0.0, 1 - taken / (gpu_mib * (1 << 20)))
-        fraction = settings.gpu_usable_fraction * left / (1 + len(others))
-        why = []
-        if taken:
-            users = sorted({u for g in mine for u, _ in vllm.get(g, [])})
+        inst = insts[name]
+        fixed = sized_as_set(inst)
+        others = [] if fixed else sorted(k for k, g in seen.items() if k != name and set(g) & set(mine)
+                                         and not sized_as_set(insts[k]))
+        before = [k for k, g in seen.items() if k != name and set(g) & set(mine) and k in set_claims and not fixed]
+        left, why, named = [], [], []
+        for g in mine:
+            taken = sum(b or 0 for _, b in vllm.get(g, []))
+            taken += sum(set_claims[k] or 0 for k in before if g in seen[k])
+            if not inst.allow_gpu_in_use:
+                taken += outside[g] * (1 << 20)
+                if outside[g] > IDLE_USED_MIB:
+                    named.append(words[g])
+            left.append(max(0, memory[g] * (1 << 20) - taken))
+        tightest = min(range(len(mine)), key=lambda i: left[i]) if mine else None
+        if tightest is None:
+            out[name] = GpuShare(settings.gpu_usable_fraction)
+            continue
+        smallest = min(memory[g] for g in mine) * (1 << 20)
+        fraction = settings.gpu_usable_fraction * min(1.0, left[tightest] / smallest) / (1 + len(others))
+        users = sorted({u for g in mine for u, _ in vllm.get(g, [])})
+        if users:
+            taken = max(sum(b or 0 for _, b in vllm.get(g, [])) for g in mine)
             why.append(f"{', '.join(users)} claim {taken / (1 << 20):.0f} MiB of a GPU it uses")
+        if before:
+            why.append(f"llama-server@{', llama-server@'.join(sorted(before))}, sized as set, "
+                       f"claim{'s' if len(before) == 1 else ''} "
+                       f"{sum(set_claims[k] or 0 for k in before) / (1 << 20):.0f} MiB of its GPUs")
+        if named:
+            why.append("; ".join(named))
         if others:
             why.append(f"it shares its GPUs with llama-server@{', llama-server@'.join(others)}: "
                        f"1/{1 + len(others)} of the rest each")
-        out[name] = GpuShare(fraction, "; ".join(why))
+        out[name] = GpuShare(fraction, "; ".join(why), tuple(named))
     return out
 
 
@@ -275,12 +315,15 @@ def planner_for(s: LlamaCppInstance, model: planner.GgufModel, settings: Setting
                 cuda_version: str | None = None, share: GpuShare | None = None
                 ) -> Callable[[int, int, KvChoice], planner.Plan]:
     """plan(context per slot in tokens, slots, KV choice) -> the memory planner's Plan for this instance's model on
-    its GPUs: VRAM (MiB) and GPU count from nvidia-smi where it answers, else gpu_memory_mib / gpu_count; within
-    `share` of each GPU (None: gpu_usable_fraction, the GPUs to itself)."""
+    the GPUs it is given (given_gpus: its `gpus`, else all): the smallest one's VRAM (MiB) and their count from
+    nvidia-smi where it answers, else gpu_memory_mib / gpu_count; within `share` of each GPU (None:
+    gpu_usable_fraction, the GPUs to itself). The CUDA context's row is the H200's only where every GPU it is given
+    is one (the V100 rows are the larger)."""
     fraction = settings.gpu_usable_fraction if share is None else share.fraction
-    gpu_mib = gpu_memory_mib(settings, gpus)
-    n_gpus = len(s.gpus) if s.gpus else gpu_count(settings, gpus)
-    gpu_name = "h200" if gpus and "H200" in gpus[0]["name"] else "v100"  # the rows measured or bounded
+    mine = given_gpus(settings, gpus, s.gpus)
+    gpu_mib = gpu_memory_mib(settings, mine)
+    n_gpus = len(mine) or (len(s.gpus) if s.gpus else gpu_count(settings, gpus))
+    gpu_name = "h200" if mine and all("H200" in g["name"] for g in mine) else "v100"  # the rows measured or bounded
     context_bytes = planner.llama_cpp_cuda_context_bytes(gpu_name, cuda_version) if cuda_version else None
     # llama.cpp's physical batch is at most the logical one (src/llama-context.cpp: cparams.n_ubatch =
     # min(n_batch, n_ubatch); common/common.h defaults 2048 and 512): the compute buffer is reserved for it
@@ -300,8 +343,9 @@ def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gg
     """The planner's verdict for one instance whose GGUF header was read here, with the slots, context and KV cache
     types it will really run with (`chosen`): (plan, problems). Refuses a model that does not fit, and one that
     would offload layers to the CPU without allow_offload."""
-    gpu_mib = gpu_memory_mib(settings, gpus)
-    n_gpus = len(s.gpus) if s.gpus else gpu_count(settings, gpus)
+    mine = given_gpus(settings, gpus, s.gpus)
+    gpu_mib = gpu_memory_mib(settings, mine)
+    n_gpus = len(mine) or (len(s.gpus) if s.gpus else gpu_count(settings, gpus))
     kv = chosen.kv
     mplan = planner_for(s, model, settings, gpus, cuda_version, share)(chosen.context, chosen.slots, kv)
     mplan = replace(mplan, reasons=[f"KV cache {kv.cache_type_k}/{kv.cache_type_v}: {kv.why}",
@@ -319,6 +363,9 @@ def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gg
                                "use a smaller quant type or a shorter context, or set allow_offload: true")]
     shared = (", or give the instances different GPUs (gpus: [...] on each), or lower the vLLM instance's "
               "gpu_memory_utilization" if share and share.why else "")
+    if share and share.outside:  # the memory others use now: name it, and how to plan without it
+        shared += (f", or stop what uses GPU memory outside v100kit ({'; '.join(share.outside)}), or set "
+                   "allow_gpu_in_use: true where it will have stopped before the instance starts")
     return mplan, [problem(inst_key, Path(gguf_path).name, f"does not fit in {n_gpus} x {gpu_mib} MiB: {why}",
                            "shorten context, quantize the KV cache (cache_type_k/v q8_0), or use a smaller quant"
                            + shared)]
@@ -391,7 +438,7 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     # server-context.cpp n_ctx_slot)
     problems += context_problems(key, inst, model.context_length, caps_slots=tree.can_unify)
     kvs, more = kv_candidates(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
-                              compute_capability(settings, gpus), tree.fa_all_quants)
+                              compute_capability(settings, given_gpus(settings, gpus, inst.gpus)), tree.fa_all_quants)
     chosen = serving.choose(inst.parallel, inst.context, model.context_length, kvs,
                             planner_for(inst, model, settings, gpus, tree.cuda_version, share), _unify(inst, tree))
     memory, even_more = memory_plan(key, inst, model, path, chosen, settings, gpus, tree.cuda_version, share)
@@ -445,7 +492,8 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
                             + ("" if gpus else " (gpu_count; no driver answers yet)"),
                             "list existing GPU indices, or leave gpus unset"))
     if chosen is None:  # the header is read on no machine before the deploy: the settings as given, f16 where unset
-        kv, even_more = choose_kv(key, inst, None, None, tree.fa_form, compute_capability(settings, gpus),
+        kv, even_more = choose_kv(key, inst, None, None, tree.fa_form,
+                                  compute_capability(settings, given_gpus(settings, gpus, inst.gpus)),
                                   tree.fa_all_quants)
         more += even_more
         chosen = serving.unread(inst.parallel, inst.context, kv, _unify(inst, tree))
@@ -517,11 +565,19 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     problems += known_bad_tree_problems(settings, tree, archs)
     items = sorted(settings.llama_cpp_instances.items())
     clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")
-    instances, shares = [], gpu_shares(settings, gpus)
+    # instances sized as set first, within what their GPUs have; then the others within what those leave
+    resolved_by: dict[str, Instance] = {}
+    shares = gpu_shares(settings, gpus)
     for name, inst in items:
-        resolved, more = instance(name, inst, settings, gpus, host_has_file, tree, shares[name])
-        problems += clashes[name] + more
-        instances.append(resolved)
+        if sized_as_set(inst):
+            resolved_by[name], more = instance(name, inst, settings, gpus, host_has_file, tree, shares[name])
+            problems += clashes[name] + more
+    shares = gpu_shares(settings, gpus, {n: claim_bytes(i) for n, i in resolved_by.items()})
+    for name, inst in items:
+        if not sized_as_set(inst):
+            resolved_by[name], more = instance(name, inst, settings, gpus, host_has_file, tree, shares[name])
+            problems += clashes[name] + more
+    instances = [resolved_by[name] for name, _ in items]
     problems += placement_clashes(instances)
     if tk is None:
         return None, problems
@@ -531,6 +587,15 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
     args = cmake_args(settings, tk, archs)
     return LlamaCppPlan(src, not is_url(src.url), tk, archs, args, prefix(src, tk, archs, args), tuple(instances),
                         gpu_visible=bool(gpus), notes=tuple(notes)), []
+
+
+def claim_bytes(inst: Instance) -> int | None:
+    """What a llama-server instance claims of each GPU it sees, in bytes: its plan's total, or where the plan runs
+    layers on the CPU (allow_offload) the budget its placement fills at most; None where the model was not read."""
+    m = inst.memory
+    if m is None:
+        return None
+    return m.total_bytes if m.outcome == "fits" else min(m.total_bytes, m.budget_bytes)
 
 
 def placement_clashes(instances: list[Instance]) -> list[str]:
@@ -555,7 +620,9 @@ def environment(inst: Instance, flash_attn_style: str) -> str:
     """The instance's EnvironmentFile: LLAMA_SERVER_ARGS, and CUDA_VISIBLE_DEVICES where `gpus` is set."""
     env = f"LLAMA_SERVER_ARGS={server_args(inst, flash_attn_style)}\n"
     if inst.settings.gpus:
-        env += f"CUDA_VISIBLE_DEVICES={','.join(str(g) for g in inst.settings.gpus)}\n"
+        # CUDA numbers GPUs fastest first unless told PCI_BUS_ID (CUDA Programming Guide, "CUDA Environment
+        # Variables"); nvidia-smi's indices, which `gpus` names, are in PCI bus order
+        env += f"CUDA_DEVICE_ORDER=PCI_BUS_ID\nCUDA_VISIBLE_DEVICES={','.join(str(g) for g in inst.settings.gpus)}\n"
     return env
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import re
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from pyinfra.api import FactBase
 
@@ -19,9 +20,23 @@ EFI_SECURE_BOOT = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-
 DKMS_SIGNING_CERTS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 
 
+class GpuProcess(TypedDict):
+    """One compute process on a GPU (`nvidia-smi --query-compute-apps`): pid; name as nvidia-smi prints it ('' when
+    it may not say: "[Insufficient Permissions]"); used_mib its memory in MiB, None where nvidia-smi prints "[N/A]"
+    (Windows WDDM, some containers); unit the systemd service whose cgroup holds the PID (/proc/PID/cgroup,
+    'llama-server@chat.service'), '' when none or not readable (a PID of another PID namespace)."""
+
+    pid: int
+    name: str
+    used_mib: int | None
+    unit: str
+
+
 class GpuInfo(TypedDict):
     """One GPU as nvidia-smi reports it: compute_cap '7.0', memory_mib total VRAM in MiB, driver_version
-    '535.261.03'."""
+    '535.261.03'; uuid 'GPU-...'; memory_used_mib and memory_free_mib nvidia-smi's memory.used and memory.free now
+    (MiB, None for "[N/A]"; drivers that report memory.reserved leave it out of both, so used + free is what
+    processes can have); processes the compute processes on this GPU (joined by uuid)."""
 
     index: int
     name: str
@@ -29,6 +44,55 @@ class GpuInfo(TypedDict):
     memory_mib: int
     persistence_mode: bool
     driver_version: str
+    uuid: NotRequired[str]
+    memory_used_mib: NotRequired[int | None]
+    memory_free_mib: NotRequired[int | None]
+    processes: NotRequired[list[GpuProcess]]
+
+
+#: What nvidia-smi prints in a CSV field it cannot fill: not supported, not permitted, or not available (the
+#: captures of utkuozdemir/nvidia_gpu_exporter internal/captures/*.txt and internal/nvidiasmi/computeapps_test.go).
+SMI_ABSENT = ("[N/A]", "N/A", "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]", "")
+
+#: The --query-gpu fields NvidiaGpus reads, in order, and the --query-compute-apps fields. The process name comes
+#: last: it is the one field a workload chooses, so a name with a comma (older drivers print it as is; newer ones
+#: put "?" in its place) only lengthens the row's tail.
+GPU_FIELDS = ("index", "uuid", "name", "compute_cap", "memory.total", "memory.used", "memory.free",
+              "persistence_mode", "driver_version")
+APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
+
+
+def _mib(field: str) -> int | None:
+    """A MiB field of `--format=csv,nounits` as int; None for what nvidia-smi prints when it cannot tell."""
+    field = field.strip().removesuffix(" MiB")
+    return None if field in SMI_ABSENT or not re.fullmatch(r"\d+(\.\d+)?", field) else int(float(field))
+
+
+def gpus_from_smi(gpu_rows: list[str], app_rows: list[str], units: dict[int, str] | None = None) -> list[GpuInfo]:
+    """GpuInfo per GPU from nvidia-smi's CSV (`--format=csv,noheader,nounits`, read with the csv module): `gpu_rows`
+    of GPU_FIELDS, `app_rows` of APP_FIELDS, joined by uuid; `units` {pid: systemd unit}. A GPU row whose index is
+    not a number is skipped (an error line); an app row whose pid is not a number ("[Insufficient Permissions]" in a
+    container that cannot see the process) is skipped too: the memory it holds still counts in the GPU's
+    memory.used. Never raises."""
+    units = units or {}
+    apps: dict[str, list[GpuProcess]] = {}
+    for row in csv.reader(app_rows, skipinitialspace=True):
+        if len(row) < 3 or not row[1].strip().isdigit():
+            continue
+        name = ", ".join(row[3:]).strip()
+        pid = int(row[1])
+        apps.setdefault(row[0].strip(), []).append(GpuProcess(
+            pid=pid, name="" if name in SMI_ABSENT else name, used_mib=_mib(row[2]), unit=units.get(pid, "")))
+    gpus: list[GpuInfo] = []
+    for row in csv.reader(gpu_rows, skipinitialspace=True):
+        f = [x.strip() for x in row]
+        if len(f) != len(GPU_FIELDS) or not f[0].isdigit() or _mib(f[4]) is None:
+            continue
+        gpus.append(GpuInfo(index=int(f[0]), uuid=f[1], name=f[2], compute_cap=f[3], memory_mib=_mib(f[4]) or 0,
+                            memory_used_mib=_mib(f[5]), memory_free_mib=_mib(f[6]),
+                            persistence_mode=f[7] == "Enabled", driver_version=f[8],
+                            processes=apps.get(f[1], [])))
+    return gpus
 
 
 class DkmsRow(TypedDict):
@@ -49,11 +113,9 @@ class DriverPackage(TypedDict):
 
 
 class NvidiaGpus(FactBase[list[GpuInfo]]):
-    """GPUs as the loaded driver sees them (`nvidia-smi --query-gpu`); [] without a driver, a GPU or nvidia-smi.
-
-    Each entry: a GpuInfo {'index': int, 'name': str, 'compute_cap': str ('7.0'), 'memory_mib': int,
-    'persistence_mode': bool, 'driver_version': str}.
-    """
+    """GPUs as the loaded driver sees them (`nvidia-smi --query-gpu`), each with its compute processes
+    (`--query-compute-apps`, joined by GPU uuid) and the systemd unit of each process (its cgroup); [] without a
+    driver, a GPU or nvidia-smi. Each entry: a GpuInfo (gpus_from_smi)."""
 
     default = list
 
@@ -61,17 +123,26 @@ class NvidiaGpus(FactBase[list[GpuInfo]]):
         return "nvidia-smi"
 
     def command(self) -> str:
-        return ("nvidia-smi --query-gpu=index,name,compute_cap,memory.total,persistence_mode,driver_version "
-                "--format=csv,noheader,nounits 2>/dev/null || true")
+        # the unit from the process's cgroup: cgroup v2's "0::/system.slice/.../llama-server@chat.service", or v1's
+        # name=systemd hierarchy; the last *.service component (a service's own sub-cgroups come below it)
+        return (f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits 2>/dev/null || true; "
+                f"echo '#apps'; apps=$(nvidia-smi --query-compute-apps={','.join(APP_FIELDS)} "
+                "--format=csv,noheader,nounits 2>/dev/null); [ -n \"$apps\" ] && echo \"$apps\"; echo '#units'; "
+                "for p in $(echo \"$apps\" | cut -d, -f2 | tr -d ' '); do case $p in *[!0-9]*|'') continue;; esac; "
+                "u=$(grep -E '^(0::|[0-9]+:name=systemd:)' /proc/$p/cgroup 2>/dev/null | head -n1 | "
+                "grep -o '[^/]*\\.service' | tail -n1); echo \"$p $u\"; done; true")
 
     def process(self, output: list[str]) -> list[GpuInfo]:
-        gpus: list[GpuInfo] = []
+        sections: dict[str, list[str]] = {"gpus": [], "#apps": [], "#units": []}
+        section = "gpus"
         for line in output:
-            f = [x.strip() for x in line.split(",")]
-            if len(f) == 6 and f[0].isdigit():
-                gpus.append(GpuInfo(index=int(f[0]), name=f[1], compute_cap=f[2], memory_mib=int(float(f[3])),
-                                    persistence_mode=f[4] == "Enabled", driver_version=f[5]))
-        return gpus
+            if line.strip() in ("#apps", "#units"):
+                section = line.strip()
+            else:
+                sections[section].append(line)
+        units = {int(w[0]): w[1] for w in (line.split() for line in sections["#units"])
+                 if len(w) == 2 and w[0].isdigit()}
+        return gpus_from_smi(sections["gpus"], sections["#apps"], units)
 
 
 class LoadedNvidiaModule(FactBase[str | None]):

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from roles import planner
-from roles.engines import compute_capability, gpu_count, gpu_memory_mib, network_listener, one_model, port_clashes
+from roles.engines import (compute_capability, given_gpus, gpu_count, gpu_memory_mib, network_listener, one_model,
+                           port_clashes)
 from roles.secrets import read_api_key
 from roles.nvidia_driver.facts import GpuInfo
 from roles.ray.decide import RayPlan
@@ -356,8 +357,12 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     refusals, then memory when those pass and tensor parallel fits, per node of `pipeline_parallel` nodes). dtype
     auto is served as half below 8.0."""
     key = f"vllm_instances.{name}"
-    cc, n_gpus = compute_capability(settings, gpus), gpu_count(settings, gpus)
+    n_gpus = gpu_count(settings, gpus)
     visible = len(inst.gpus or range(n_gpus))
+    # vLLM runs on the first tensor_parallel_size GPUs it sees (roles/engines.py gpu_claims): their lowest compute
+    # capability gates the model, the smallest of them holds the plan
+    used = given_gpus(settings, gpus, inst.gpus)[:inst.tensor_parallel_size]
+    cc = compute_capability(settings, used)
     problems = gpu_problems(key, inst, n_gpus, bool(gpus))
     # vLLM's API-key middleware lets every path outside /v1 through, /invocations (completions) included
     # (vllm/entrypoints/openai/api_server.py, authentication(); read in 0.8.5.post1)
@@ -374,7 +379,7 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     if config is not None:
         problems += (more := model_problems(key, inst, config, cc, rel))
         if not more and inst.tensor_parallel_size <= visible:
-            mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, gpus), visible, rel.engine,
+            mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
                                  rel.version, pipeline_parallel)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
@@ -471,7 +476,8 @@ def environment(p: VllmPlan, inst: Instance) -> str:
     """The instance's EnvironmentFile text ("KEY=value" lines): VLLM_ARGS, the engine environment of the release,
     CUDA_VISIBLE_DEVICES."""
     env = {"VLLM_ARGS": server_args(inst, p.cluster), **p.release.environment}
-    if inst.settings.gpus:
+    if inst.settings.gpus:  # in nvidia-smi's (PCI bus) order, not CUDA's default fastest first
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.settings.gpus)
     if p.cluster is not None:  # the driver joins the running cluster (not a new local one) on the cluster network
         env.update({"RAY_ADDRESS": p.cluster.gcs_address, "VLLM_HOST_IP": p.cluster.node_address,

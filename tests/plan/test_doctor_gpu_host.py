@@ -4,8 +4,8 @@ module's /proc/driver/nvidia/version, nvidia-smi, and kernel log lines with Xid 
 from tests.plan.harness import UBUNTU_2204, doctor_rows
 from tests.unit.test_doctor_facts import KERNEL_LOG, PROC_PROPRIETARY
 
-SMI = ["0, Tesla V100-SXM2-16GB, 7.0, 16160, Disabled, 535.261.03",
-       "1, Tesla V100-SXM2-16GB, 7.0, 16160, Enabled, 535.261.03"]
+SMI = ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-16GB, 7.0, 16160, 0, 16160, Disabled, 535.261.03",
+       "1, GPU-00000000-0000-0000-0000-000000000001, Tesla V100-SXM2-16GB, 7.0, 16160, 0, 16160, Enabled, 535.261.03"]
 
 
 def test_doctor_flags_library_mismatch_xid79_and_persistence_off():

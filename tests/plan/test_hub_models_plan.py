@@ -22,7 +22,7 @@ from tests.plan.harness import DEBIAN_13, UBUNTU_2404, plan_uploads_raw
 GGUF_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 HF_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 BIG_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
-V100_16 = {"nvidia-smi --query-gpu": ["0, Tesla V100-PCIE-16GB, 7.0, 16160, Enabled, 550.163.01"],
+V100_16 = {"nvidia-smi --query-gpu": ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-PCIE-16GB, 7.0, 16160, 0, 16160, Enabled, 550.163.01"],
            "sys.version_info": ["3.12"]}
 HOME = "/var/lib/llm"  # base_service_home's default
 

@@ -36,8 +36,8 @@ def test_plan_default_source_downloaded_with_checksum_and_built_for_sm70():
     assert build_at < link_at < start_at
 
 
-TWO_V100 = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01",
-                                       "1, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01"]}
+TWO_V100 = {"nvidia-smi --query-gpu": ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 550.163.01",
+                                       "1, GPU-00000000-0000-0000-0000-000000000001, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 550.163.01"]}
 #: What a llama-server that loaded its model onto the GPU shows: its MainPID, that PID in nvidia-smi's process
 #: list, and llama.cpp's own load_tensors line (src/llama-model.cpp: "offloaded %d/%d layers to GPU").
 ON_GPU = ["#pid 4242", "#apps", "4242, 5802", "#log", "load_tensors: offloaded 33/33 layers to GPU"]
@@ -47,8 +47,8 @@ def test_plan_architectures_follow_the_visible_gpus():
     """A box whose nvidia-smi lists a V100 (compute capability 7.0) and a T4 (7.5; NVIDIA's CUDA GPUs list) gets
     both architectures, in CMake's CMAKE_CUDA_ARCHITECTURES form (the capability without its dot). The GPUs must
     differ from the no-GPU default (70): with V100s alone a plan that never looked at the GPUs passes too."""
-    mixed = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 550.163.01",
-                                        "1, Tesla T4, 7.5, 15360, Enabled, 550.163.01"]}
+    mixed = {"nvidia-smi --query-gpu": ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 550.163.01",
+                                        "1, GPU-00000000-0000-0000-0000-000000000001, Tesla T4, 7.5, 15360, 0, 15360, Enabled, 550.163.01"]}
     cmds = plan_commands(DEBIAN_13, {"llama_cpp_instances": {"tiny": MODEL}},
                          responses={**mixed, "systemctl show -p MainPID": ON_GPU})
     build = build_command(cmds)

@@ -22,7 +22,7 @@ from v100kit.plan import summarize, table
 
 def v100s(n: int) -> list[str]:
     """nvidia-smi --query-gpu rows of n 32 GB V100s (the NvidiaGpus fact's command)."""
-    return [f"{i}, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05" for i in range(n)]
+    return [f"{i}, GPU-00000000-0000-0000-0000-00000000000{i}, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 580.95.05" for i in range(n)]
 
 
 def ip_addr(interface: str, address: str) -> list[str]:

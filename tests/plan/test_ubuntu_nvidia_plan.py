@@ -52,7 +52,7 @@ def test_plan_nvidia_repo_driver_is_proprietary():
 
 def test_plan_gpu_host_loads_module_and_starts_persistenced():
     cmds = plan_commands(UBUNTU_2204, responses={
-        "nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-16GB, 7.0, 16160, Disabled, 535.274.02"],
+        "nvidia-smi --query-gpu": ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-16GB, 7.0, 16160, 0, 16160, Disabled, 535.274.02"],
     })
     assert "modprobe nvidia" in cmds
     assert any("systemctl start nvidia-persistenced" in c for c in cmds)

@@ -55,8 +55,8 @@ def test_vllm_gpus_become_cuda_visible_devices_in_the_unit_environment(tmp_path,
     whose order is the enumeration order (CUDA C++ Programming Guide, "CUDA Environment Variables"); systemd reads
     the instance's EnvironmentFile as KEY=value lines (systemd.exec(5)). Unset, the instance sees every GPU and the
     variable is not set at all."""
-    two = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05",
-                                      "1, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05"],
+    two = {"nvidia-smi --query-gpu": ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 580.95.05",
+                                      "1, GPU-00000000-0000-0000-0000-000000000001, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 580.95.05"],
            "sys.version_info": ["3.12"]}
     inst = {"model_source": str(tiny_hf_model(tmp_path)), "tensor_parallel_size": tensor_parallel_size,
             **({"gpus": gpus} if gpus else {})}

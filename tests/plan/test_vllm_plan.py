@@ -9,8 +9,8 @@ from lab.data import tiny_hf_model
 from roles.settings import SettingsError
 from tests.plan.harness import UBUNTU_2404, plan_commands
 
-TWO_V100 = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05",
-                                       "1, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05"],
+TWO_V100 = {"nvidia-smi --query-gpu": ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 580.95.05",
+                                       "1, GPU-00000000-0000-0000-0000-000000000001, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 580.95.05"],
             "sys.version_info": ["3.12"]}
 
 

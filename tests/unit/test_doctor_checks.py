@@ -46,7 +46,7 @@ def rows(**changes) -> dict[str, checks.Row]:
 
 def test_healthy_host_is_all_ok():
     got = rows()
-    assert len(got) == 24 and {r.state for r in got.values()} == {"ok"}, got
+    assert len(got) == 25 and {r.state for r in got.values()} == {"ok"}, got
 
 
 OTHER = {"version": "535.274.02-1", "source": "nvidia-graphics-drivers-535", "status": "ii"}
@@ -89,6 +89,20 @@ def test_each_fault_turns_its_check(changes, check, state):
     got = rows(**changes)
     assert got[check].state == state, got[check]
     assert got[check].evidence and (state != "broken" or got[check].fix)
+
+
+def test_gpu_memory_used_outside_v100kit_is_a_row_per_gpu_naming_pids():
+    """The V100 of a public report (nvidia-smi: 31589MiB / 32768MiB used, PID 299381 python 31574MiB) with nothing
+    of v100kit on it: broken, naming the MiB and the PID; the same memory held by v100kit's own unit: ok."""
+    gpu = {**HEALTHY.gpus[0], "memory_mib": 32768, "memory_used_mib": 31589, "memory_free_mib": 1179,
+           "processes": [{"pid": 299381, "name": "python", "used_mib": 31574, "unit": ""}]}
+    row = rows(gpus=[gpu])["GPU 0 memory used by processes outside v100kit"]
+    assert row.state == "broken" and "31589 MiB" in row.evidence and "299381 (python, 31574 MiB)" in row.evidence
+    assert "kill 299381" in row.fix and "allow_gpu_in_use" in row.fix
+    own = {**gpu, "processes": [{**gpu["processes"][0], "unit": "vllm@chat.service"}]}
+    row = rows(gpus=[own])["GPU 0 memory used by processes outside v100kit"]
+    assert row.state == "ok" and row.evidence == "15 MiB"  # 31589 - 31574: what no process accounts for
+    assert "GPU 0 memory used by processes outside v100kit" not in rows(gpus=[])
 
 
 def test_xid_that_is_not_serious_passes():

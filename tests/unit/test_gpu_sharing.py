@@ -1,5 +1,5 @@
 """GPUs shared by llama-server and vLLM instances: what each claims is summed per GPU, across engines
-(roles/engines.py gpu_claims, shared_gpu_problems), and a GPU they overfill together is refused before any change."""
+(roles/engines.py gpu_claims, gpu_sum_problems), and a GPU they overfill together is refused before any change."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from lab.data import tiny_hf_model
 from lab.models import write_tiny_llama
-from roles.engines import gpu_claims, shared_gpu_problems
+from roles.engines import OUTSIDE, gpu_claims, gpu_sum_problems
 from roles.settings import SettingsError
 from tests.plan.harness import UBUNTU_2404, plan_commands
 
@@ -17,41 +17,83 @@ GB, MIB = 10**9, 1 << 20
 V100_32GB_MIB = 32510  # nvidia-smi's total for a 32 GB V100 (docs/volta.md §7)
 
 
+def one(mib: int) -> dict[int, int]:
+    return {0: mib}
+
+
 def test_issue_example_llama_14_5_gb_plus_vllm_0_9_on_one_32gb_v100_is_refused():
-    claims = gpu_claims([("llama-server@a", None, int(14.5 * GB))], [("vllm@b", None, 1, 0.9, 0)], 1, V100_32GB_MIB)
-    (p,) = shared_gpu_problems(claims, V100_32GB_MIB)
+    claims = gpu_claims([("llama-server@a", None, int(14.5 * GB))], [("vllm@b", None, 1, 0.9, 0)], one(V100_32GB_MIB))
+    (p,) = gpu_sum_problems(claims, one(V100_32GB_MIB))
     # 14.5 GB = 13828 MiB; 0.9 x 32510 MiB = 29259 MiB; together 43087 MiB > 32510 MiB
-    assert "GPU 0" in p and "43087 MiB of its 32510 MiB" in p and "gpus: [...]" in p
+    assert "GPU 0's 32510 MiB" in p and "43087 MiB" in p and "gpus: [...]" in p
+    assert "llama-server@a and vllm@b" in p
 
 
 def test_llama_server_spreads_over_every_gpu_it_sees():
-    claims = gpu_claims([("llama-server@a", None, int(7.25 * GB))], [("vllm@b", [1], 1, 0.9, 0)], 2, V100_32GB_MIB)
+    two = {0: V100_32GB_MIB, 1: V100_32GB_MIB}
+    claims = gpu_claims([("llama-server@a", None, int(7.25 * GB))], [("vllm@b", [1], 1, 0.9, 0)], two)
     assert [u for u, _ in claims[0]] == ["llama-server@a"]
     assert [u for u, _ in claims[1]] == ["llama-server@a", "vllm@b"]
-    assert shared_gpu_problems(claims, V100_32GB_MIB)  # 6914 + 29259 MiB on GPU 1
+    assert gpu_sum_problems(claims, two)  # 6914 + 29259 MiB on GPU 1
 
 
 def test_each_engine_on_its_own_gpu_is_accepted():
-    claims = gpu_claims([("llama-server@a", [0], int(14.5 * GB))], [("vllm@b", [1], 1, 0.9, 0)], 2, V100_32GB_MIB)
-    assert shared_gpu_problems(claims, V100_32GB_MIB) == []
+    two = {0: V100_32GB_MIB, 1: V100_32GB_MIB}
+    claims = gpu_claims([("llama-server@a", [0], int(14.5 * GB))], [("vllm@b", [1], 1, 0.9, 0)], two)
+    assert gpu_sum_problems(claims, two) == []
+
+
+def test_vllm_share_is_of_its_own_gpu_on_a_box_of_two_sizes():
+    # a 32 GB and a 16 GB V100 (docs/volta.md section 7: 32510 and 16160 MiB): 0.9 of each GPU it runs on
+    mixed = {0: V100_32GB_MIB, 1: 16160}
+    claims = gpu_claims([], [("vllm@a", [0], 1, 0.9, 0), ("vllm@b", [1], 1, 0.9, 0)], mixed)
+    assert claims[0] == [("vllm@a", int(0.9 * 32510 * MIB))] and claims[1] == [("vllm@b", int(0.9 * 16160 * MIB))]
 
 
 def test_vllm_claims_its_cuda_context_and_graphs_outside_its_share():
     # a new user's case: a 16 GB V100 (16160 MiB), llama-server planned at 1585 MiB and vLLM at the default 0.9
     # (14544 MiB): 31 MiB are left, but vLLM's CUDA context and graphs live outside its share (vllm#11251 ran out of
     # memory capturing graphs with 0.79 GiB outside) - so with 900 MiB outside counted, the GPU is overfilled
-    v100_16gb = 16160
-    inside_only = gpu_claims([("llama-server@a", None, 1585 * MIB)], [("vllm@b", None, 1, 0.9, 0)], 1, v100_16gb)
-    assert shared_gpu_problems(inside_only, v100_16gb) == []
-    outside = gpu_claims([("llama-server@a", None, 1585 * MIB)], [("vllm@b", None, 1, 0.9, 900 * MIB)], 1,
-                         v100_16gb)
-    (p,) = shared_gpu_problems(outside, v100_16gb)
-    assert "GPU 0" in p and f"{1585 + int(0.9 * v100_16gb) + 900} MiB of its 16160 MiB" in p
+    v100_16gb = one(16160)
+    inside_only = gpu_claims([("llama-server@a", None, 1585 * MIB)], [("vllm@b", None, 1, 0.9, 0)], v100_16gb)
+    assert gpu_sum_problems(inside_only, v100_16gb) == []
+    outside = gpu_claims([("llama-server@a", None, 1585 * MIB)], [("vllm@b", None, 1, 0.9, 900 * MIB)], v100_16gb)
+    (p,) = gpu_sum_problems(outside, v100_16gb)
+    assert f"{1585 + int(0.9 * 16160) + 900} MiB of GPU 0's 16160 MiB" in p
 
 
-def test_one_engine_alone_is_left_to_its_own_role():
-    claims = gpu_claims([], [("vllm@a", None, 1, 0.6, 0), ("vllm@b", None, 1, 0.6, 0)], 1, V100_32GB_MIB)
-    assert shared_gpu_problems(claims, V100_32GB_MIB) == []  # roles/vllm/decide.py shared_gpu_problems refuses it
+def test_two_llama_servers_on_one_gpu_are_summed():
+    """Within one engine too: two llama-server instances of 8776 MiB each on a 16 GB V100 (16160 MiB) claim
+    17552 MiB together, and the second to start would run out of memory."""
+    claims = gpu_claims([("llama-server@a", None, 8776 * MIB), ("llama-server@b", None, 8776 * MIB)], [], one(16160))
+    (p,) = gpu_sum_problems(claims, one(16160))
+    assert "llama-server@a and llama-server@b claim 17552 MiB of GPU 0's 16160 MiB together" in p
+    assert "shorten a llama-server context" in p and "gpus: [...]" in p
+    # 8000 MiB each: 16000 <= 16160, accepted
+    fits = gpu_claims([("llama-server@a", None, 8000 * MIB), ("llama-server@b", None, 8000 * MIB)], [], one(16160))
+    assert gpu_sum_problems(fits, one(16160)) == []
+
+
+def test_two_vllm_instances_are_summed_with_their_contexts_outside_the_shares():
+    # 0.45 + 0.45 of a 16160 MiB GPU is 14544 MiB, under 1 (roles/vllm/decide.py accepts the shares); with each
+    # instance's 900 MiB of CUDA context and graphs outside its share, 16344 MiB: over
+    claims = gpu_claims([], [("vllm@a", None, 1, 0.45, 900 * MIB), ("vllm@b", None, 1, 0.45, 900 * MIB)], one(16160))
+    (p,) = gpu_sum_problems(claims, one(16160))
+    assert f"{2 * int(0.45 * 16160) + 1800} MiB" in p and "vllm@a and vllm@b" in p
+
+
+def test_memory_in_use_outside_v100kit_counts_on_its_gpu_only():
+    """One instance alone on a GPU is its own role's business, unless memory outside v100kit is in use there: the
+    H200 capture's 32362 MiB (utkuozdemir/nvidia_gpu_exporter, linux-x86_64__nvidia-h200__590.48.01.txt, load)."""
+    h200 = {0: 143158, 1: 143158}  # memory.used + memory.free of that capture
+    claims = gpu_claims([("llama-server@a", None, 120000 * MIB)], [], h200, outside={0: 32362})
+    assert claims[0][-1] == (OUTSIDE, 32362 * MIB) and claims[1] == [("llama-server@a", 120000 * MIB)]
+    (p,) = gpu_sum_problems(claims, h200, {0: "GPU 0 (NVIDIA H200): 32362 MiB in use by processes outside "
+                                           "v100kit: PIDs 10291, 10293, 10309"})
+    assert "152362 MiB of GPU 0's 143158 MiB" in p and "PIDs 10291, 10293, 10309" in p
+    assert "allow_gpu_in_use: true" in p
+    # without that memory counted (every instance there allows it), nothing to refuse
+    assert gpu_sum_problems(gpu_claims([("llama-server@a", None, 120000 * MIB)], [], h200), h200) == []
 
 
 @pytest.fixture

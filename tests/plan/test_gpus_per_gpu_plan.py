@@ -1,0 +1,177 @@
+"""Plan-level tests (pyinfra's facts in, the preflight's verdict out; nothing runs on a GPU): each instance is planned
+on the GPUs it is given, memory in use by processes outside v100kit is subtracted and named, and every claim on a GPU
+is summed.
+
+Expected values come from outside the planner: the GPUs' memory from nvidia-smi output (docs/volta.md section 7 for
+a V100's 16160 / 32510 MiB, NVIDIA's T4 at 15360 MiB, and an H200 under load as utkuozdemir/nvidia_gpu_exporter's
+capture printed it: tests/data/nvidia_smi_captures.txt), the model's weights from its GGUF tensor table (the gguf
+package's reader), and its KV cache from llama.cpp's own formula, 2 x n_layers x n_kv_heads x head_dim x tokens x
+bytes per element (f16: 2; src/llama-kv-cache.cpp sizes one K and one V tensor per layer of n_embd_k_gqa x kv_size).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import gguf
+import pytest
+
+from lab.models import write_llama
+from roles.nvidia_driver.facts import APP_FIELDS, GPU_FIELDS
+from roles.settings import SettingsError
+from tests.plan.harness import UBUNTU_2404, plan_uploads, preflight_cluster
+from tests.unit.test_gpu_facts import H200, projected
+from v100kit.plan import gpus_summary, table
+
+MIB, GIB = 1 << 20, 1 << 30
+V100_16, V100_32, T4 = 16160, 32510, 15360  # nvidia-smi memory.total, MiB
+#: The model's shape: 32 layers, 8 KV heads of 128: 2 x 32 x 8 x 128 x 2 bytes = 128 KiB of f16 KV per token.
+N_LAYERS, N_KV_HEADS, HEAD_DIM, TRAINED = 32, 8, 128, 131072
+
+
+def kv_bytes(tokens: int) -> int:
+    """llama.cpp's f16 KV cache for `tokens` tokens of this model."""
+    return 2 * N_LAYERS * N_KV_HEADS * HEAD_DIM * tokens * 2
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> dict:
+    path = write_llama(tmp_path_factory.mktemp("m") / "m.gguf", n_embd=1024, n_head=8, n_head_kv=N_KV_HEADS,
+                       n_layer=N_LAYERS, n_ff=2816, n_ctx=TRAINED, header_only=True)
+    # on the GPU: every tensor but the token embedding, which llama.cpp keeps in host memory (a row lookup per token:
+    # src/llama-model.cpp loads LLM_TENSOR_TOKEN_EMBD with the input layer, on the CPU)
+    weights = sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors if t.name != "token_embd.weight")
+    return {"path": str(path), "sha": hashlib.sha256(path.read_bytes()).hexdigest(), "weights": weights}
+
+
+def inst(model: dict, port: int, **kw) -> dict:
+    return {"model_source": model["path"], "model_sha256": model["sha"], "port": port, "cache_type_k": "f16",
+            "cache_type_v": "f16", **kw}
+
+
+def smi(gpu_rows: list[str], apps: list[str] = (), units: list[str] = ()) -> dict:
+    """The NvidiaGpus fact's answer: nvidia-smi's GPU rows, its compute processes, each PID's unit."""
+    return {"nvidia-smi --query-gpu": [*gpu_rows, "#apps", *apps, "#units", *units]}
+
+
+def planned(data: dict, responses: dict):
+    """The read-only preflight (what `v100kit plan` runs) of one fake Ubuntu box: its HostPlan."""
+    return preflight_cluster({"box": (UBUNTU_2404, data, responses)}, {}, "box")[1]
+
+
+# -- a box with two GPU models, an instance on each ------------------------------------------------------------------
+
+MIXED = ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 570.158.01",
+         "1, GPU-00000000-0000-0000-0000-000000000001, Tesla T4, 7.5, 15360, 0, 15360, Enabled, 570.158.01"]
+
+
+def test_a_box_of_a_32gb_v100_and_a_t4_plans_each_instance_on_its_own_gpu(model):
+    """A model whose KV cache alone (16 GiB at 131072 tokens) is larger than the T4 is planned on the 32 GB V100
+    it is given, not on the smallest GPU of the box; the other instance is planned on the T4's 15360 MiB. The build
+    has both GPUs' architectures, and each unit counts GPUs as nvidia-smi does."""
+    assert model["weights"] + kv_bytes(TRAINED) > T4 * MIB  # would not fit the T4 (the old plan: smallest GPU)
+    data = {"llama_cpp_instances": {"big": inst(model, 8081, gpus=[0], context=TRAINED, parallel=1),
+                                    "small": inst(model, 8082, gpus=[1], context=4096, parallel=1)}}
+    plan = planned(data, smi(MIXED))
+    big, small = plan.llama_cpp.instances
+    assert (big.memory.gpu_bytes, big.memory.n_gpus, big.memory.outcome) == (V100_32 * MIB, 1, "fits")
+    assert big.memory.kv_bytes == kv_bytes(TRAINED) and big.memory.weight_bytes == model["weights"]
+    assert (small.memory.gpu_bytes, small.memory.n_gpus) == (T4 * MIB, 1)
+    assert small.memory.kv_bytes == kv_bytes(4096)
+    assert plan.llama_cpp.architectures == ("70", "75")
+    # each instance claims its own GPU only
+    assert [u for u, _ in plan.gpu_claims[0]] == ["llama-server@big"]
+    assert [u for u, _ in plan.gpu_claims[1]] == ["llama-server@small"]
+    _, files = plan_uploads(UBUNTU_2404, data, smi(MIXED), stops_early=True)
+    env = files["/etc/llama-server/big.env"]
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID\n" in env and "CUDA_VISIBLE_DEVICES=0\n" in env
+
+
+def test_the_model_too_large_for_the_t4_is_refused_there_naming_its_memory(model):
+    with pytest.raises(SettingsError) as e:
+        planned({"llama_cpp_instances": {"big": inst(model, 8081, gpus=[1], context=TRAINED, parallel=1)}},
+                smi(MIXED))
+    assert "llama_cpp_instances.big" in str(e.value) and f"does not fit in 1 x {T4} MiB" in str(e.value)
+
+
+# -- a GPU with memory in use outside v100kit --------------------------------------------------------------------------
+
+#: The H200 under load (memory.used 32362 MiB: /root/tools/memhog twice and ./gpu_burn) as the fact's command asks.
+H200_GPU, H200_APPS = projected(H200, "query-gpu", GPU_FIELDS), projected(H200, "query-compute-apps", APP_FIELDS)
+USED, FREE = 32362, 110796  # that capture's memory.used and memory.free, MiB
+SLOTS = 7  # x 131072 tokens: 112 GiB of f16 KV
+
+
+def h200_data(model: dict, **kw) -> dict:
+    return {"llama_cpp_instances": {"chat": inst(model, 8081, context=TRAINED, parallel=SLOTS, **kw)}}
+
+
+def test_memory_in_use_by_others_is_subtracted_and_the_instance_refused_naming_gpu_mib_pids_and_the_setting(model):
+    need = model["weights"] + kv_bytes(SLOTS * TRAINED)
+    assert FREE * MIB < need < (USED + FREE) * MIB - 8 * GIB  # fits the idle GPU with room for buffers, not beside them
+    with pytest.raises(SettingsError) as e:
+        planned(h200_data(model), smi(H200_GPU, H200_APPS))
+    msg = str(e.value)
+    assert "llama_cpp_instances.chat" in msg and "GPU 0 (NVIDIA H200)" in msg and f"{USED} MiB" in msg, msg
+    assert all(pid in msg for pid in ("10291", "10293", "10309")) and "allow_gpu_in_use: true" in msg, msg
+
+
+def test_allow_gpu_in_use_plans_on_the_whole_gpu_and_still_names_the_memory(model):
+    plan = planned(h200_data(model, allow_gpu_in_use=True), smi(H200_GPU, H200_APPS))
+    (chat,) = plan.llama_cpp.instances
+    assert chat.memory.outcome == "fits" and chat.memory.gpu_bytes == (USED + FREE) * MIB
+    assert chat.memory.kv_bytes == kv_bytes(SLOTS * TRAINED)
+    gpus = gpus_summary(plan)
+    assert gpus["0"]["outside_v100kit_mib"] == USED and gpus["0"]["memory_mib"] == USED + FREE
+    assert [p["pid"] for p in gpus["0"]["outside_v100kit"]] == [10291, 10293, 10309]
+    assert [u for u, _ in plan.gpu_claims[0]] == ["llama-server@chat"]  # accepted: not counted in the sum
+    text = table({"box": {"platform": "ubuntu", "driver": "580.95.05", "cuda": [], "llama_cpp": None, "vllm": None,
+                          "instances": {}, "gpus": gpus}})
+    assert f"GPU 0 (NVIDIA H200): {USED} MiB in use by processes outside v100kit: PIDs 10291 (/root/tools/memhog, " \
+           "2566 MiB), 10293 (/root/tools/memhog, 1542 MiB), 10309 (./gpu_burn, 28234 MiB)" in text, text
+    assert f"of {USED + FREE} (NVIDIA H200, compute capability 9.0)" in text
+
+
+def test_a_redeploy_is_not_refused_by_its_own_running_instance(model):
+    """The same GPU, the memory held by llama-server@chat's own processes (their cgroup's unit): nothing outside."""
+    units = ["10291 llama-server@chat.service", "10293 llama-server@chat.service", "10309 llama-server@chat.service"]
+    plan = planned(h200_data(model), smi(H200_GPU, H200_APPS, units))
+    (chat,) = plan.llama_cpp.instances
+    # 20 MiB of memory.used no process accounts for stay subtracted (32362 - 2566 - 1542 - 28234)
+    assert chat.memory.outcome == "fits" and [u for u, _ in plan.gpu_claims[0]] == ["llama-server@chat",
+                                                                                    "outside v100kit"]
+    assert plan.gpu_claims[0][1][1] == (USED - 2566 - 1542 - 28234) * MIB
+
+
+# -- two llama-server instances on one GPU -----------------------------------------------------------------------------
+
+V100_16_ROW = ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-16GB, 7.0, 16160, 0, 16160, Enabled, "
+               "535.261.03"]
+
+
+def test_two_llama_servers_that_overfill_one_gpu_together_are_refused_naming_both(model):
+    """Each alone fits a 16 GB V100 (8 GiB of KV at 2 x 32768 tokens, plus weights), both together do not."""
+    one = model["weights"] + kv_bytes(2 * 32768)
+    assert one < V100_16 * MIB - 4 * GIB and 2 * one > V100_16 * MIB
+    data = {"llama_cpp_instances": {"a": inst(model, 8081, context=32768, parallel=2),
+                                    "b": inst(model, 8082, context=32768, parallel=2)}}
+    with pytest.raises(SettingsError) as e:
+        planned(data, smi(V100_16_ROW))
+    msg = str(e.value)
+    assert re.search(r"llama-server@a and llama-server@b claim \d+ MiB of GPU 0's 16160 MiB together", msg), msg
+    assert "gpus: [...]" in msg and "shorten a llama-server context" in msg
+
+
+def test_two_llama_servers_that_fit_together_are_planned_each_at_its_own_size(model):
+    """One instance needs more than half of the GPU, the other less, together they fit: both are accepted (an even
+    split of the GPU would have refused the larger one)."""
+    a, b = model["weights"] + kv_bytes(2 * 32768), model["weights"] + kv_bytes(2 * 8192)
+    assert a > V100_16 * MIB / 2 and a + b < V100_16 * MIB - 3 * GIB
+    plan = planned({"llama_cpp_instances": {"a": inst(model, 8081, context=32768, parallel=2),
+                                            "b": inst(model, 8082, context=8192, parallel=2)}}, smi(V100_16_ROW))
+    ia, ib = plan.llama_cpp.instances
+    assert (ia.memory.kv_bytes, ib.memory.kv_bytes) == (kv_bytes(2 * 32768), kv_bytes(2 * 8192))
+    claimed = sum(b or 0 for _, b in plan.gpu_claims[0])
+    assert claimed == ia.memory.total_bytes + ib.memory.total_bytes <= V100_16 * MIB
