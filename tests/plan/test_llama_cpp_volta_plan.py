@@ -22,9 +22,9 @@ from tests.plan.test_llama_cpp_plan import MODEL, ON_GPU, build_command
 from tests.plan.test_ubuntu_nvidia_plan import installs
 from tests.unit.test_llama_cpp_volta_ranges import ROOT, write_tree
 
-V100 = {"nvidia-smi --query-gpu": ["0, Tesla V100-SXM2-32GB, 7.0, 32510, Enabled, 580.95.05"],
+V100 = {"nvidia-smi --query-gpu": ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 580.95.05"],
         "systemctl show -p MainPID": ON_GPU}
-T4 = {"nvidia-smi --query-gpu": ["0, Tesla T4, 7.5, 15360, Enabled, 580.95.05"], "systemctl show -p MainPID": ON_GPU}
+T4 = {"nvidia-smi --query-gpu": ["0, GPU-00000000-0000-0000-0000-000000000001, Tesla T4, 7.5, 15360, 0, 15360, Enabled, 580.95.05"], "systemctl show -p MainPID": ON_GPU}
 INSTANCES = {"llama_cpp_instances": {"tiny": MODEL}}
 
 
