@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roles.vllm.release_source import HeadSizes
+
 LOCK_DIR = Path(__file__).resolve().parents[2] / "files" / "vllm"
+
+
+def release_data_file(version: str) -> Path:
+    """files/vllm/<version>.json: what tools/vllm_pin.py found for a release (locks, sm_70 check, facts from its
+    code with their sources, flags)."""
+    return LOCK_DIR / f"{version}.json"
 
 
 @dataclass(frozen=True)
@@ -22,8 +30,16 @@ class VllmRelease:
     (from 0.10.2 on Volta through TRITON_ATTN, where Triton uses FMA instead of tensor cores: slower).
     environment: what the service must set for this engine on Volta. pythons: the "3.N" versions whose wheels
     exist for every locked package (a lock file per entry). exclude_newer: the resolution date of the locks.
-    volta_kv_cache_dtypes: the --kv-cache-dtype values that work below compute capability 8.9 with this engine.
-    refused: why the release cannot be installed from wheels at all (None: installable).
+    kv_cache_dtypes: the --kv-cache-dtype values that work below compute capability 8.9 with this engine.
+    refused: why the release cannot be installed from wheels at all (None: installable). platform: uv's
+    --python-platform for its locks (the vLLM wheel's manylinux tag, at least 2_28).
+    The Volta facts below are read from the release's code by tools/vllm_pin.py (files/vllm/<version>.json, each
+    with its file and function; tests/unit/test_vllm_pin.py keeps the two equal): attention_backend: the backend
+    the service runs on compute capability 7.0; head_sizes: the head sizes it accepts (vLLM stops at start-up on
+    others); profile_tokens: tokens of V1's profile run under `vllm serve` on a V100 (None: V0, whose count follows
+    max_model_len). volta_args: flags every instance gets; vision_args: flags for a vision-language model (a
+    config.json with vision_config); start_timeout_s: how long a first start may take (weights, compilation, CUDA
+    graphs, Triton's first JIT); sources: where each Volta choice comes from.
     """
 
     version: str
@@ -33,8 +49,16 @@ class VllmRelease:
     pythons: tuple[str, ...]
     exclude_newer: str
     environment: dict[str, str] = field(default_factory=dict)
-    volta_kv_cache_dtypes: tuple[str, ...] = ("auto",)
+    kv_cache_dtypes: tuple[str, ...] = ("auto",)
     refused: str | None = None
+    platform: str = "x86_64-manylinux_2_28"
+    attention_backend: str = ""
+    head_sizes: HeadSizes = HeadSizes()
+    profile_tokens: int | None = None
+    volta_args: tuple[str, ...] = ()
+    vision_args: tuple[str, ...] = ()
+    start_timeout_s: int = 600
+    sources: dict[str, str] = field(default_factory=dict)
 
     def lock_file(self, python: str) -> Path:
         """files/vllm/vllm-<version>-py<python>.txt."""
@@ -50,14 +74,35 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         "wheels (and torch 2.4.0 has no Python 3.13 wheels)")),
     # The last release line users run on V100 with the V0 engine (vllm#13398: V1 needs Ampere before 0.10.2, so
     # VLLM_USE_V1=0). torch 2.6.0 cu124 has sm_70 kernels. xformers 0.0.29.post2 has no cp313 wheel.
-    "0.8.5.post1": VllmRelease("0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
-                               environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"},
-                               # fp8_e5m2 KV is storage-only: no FP8 hardware needed (docs/volta.md §4; M)
-                               volta_kv_cache_dtypes=("auto", "fp8_e5m2")),
-    # The first V1 release with a Volta path (PRs #23614, #24022): TRITON_ATTN. torch 2.8.0 cu128 keeps sm_70.
-    # vLLM picks that backend itself on compute capability < 8.0; nothing to set. Its fp8 KV cache is stored as
-    # e4m3, which Triton cannot use before sm_89 ("type fp8e4nv not supported"): auto only.
-    "0.10.2": VllmRelease("0.10.2", "2.8.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2025-09-30"),
+    "0.8.5.post1": VllmRelease(
+        "0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
+        environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"},
+        # fp8_e5m2 KV is storage-only: no FP8 hardware needed (docs/volta.md §4; M)
+        kv_cache_dtypes=("auto", "fp8_e5m2"),
+        attention_backend="XFORMERS",
+        head_sizes=HeadSizes((32, 64, 80, 96, 112, 120, 128, 192, 256), source=(
+            "vllm/attention/ops/paged_attn.py PagedAttention.get_supported_head_sizes (checked by "
+            "vllm/attention/backends/xformers.py XFormersImpl)")),
+        sources={"engine": "vllm/engine/arg_utils.py _is_v1_supported_oracle: compute capability < 8.0 falls back "
+                           "to V0", "attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls (V0): not "
+                           "has_device_capability(80) -> XFORMERS"}),
+    # The first V1 release with a Volta path (PRs #23614, #24022). torch 2.8.0 cu128 keeps sm_70. Its own choice
+    # below 8.0 is FlexAttention (vllm/platforms/cuda.py get_attn_backend_cls: "FlexAttention is the default for
+    # older GPUs"), so the toolkit pins TRITON_ATTN (docs/volta.md §4) with VLLM_ATTENTION_BACKEND. Its fp8 KV cache
+    # is read as e4m3 (`.view(self.fp8_dtype)` in triton_attn.py), which Triton cannot use before sm_89 ("type
+    # fp8e4nv not supported"): auto only.
+    "0.10.2": VllmRelease(
+        "0.10.2", "2.8.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2025-09-30",
+        environment={"VLLM_ATTENTION_BACKEND": "TRITON_ATTN_VLLM_V1"},
+        attention_backend="TRITON_ATTN",
+        head_sizes=HeadSizes((32, 64, 96, 128, 160, 192, 224, 256), source=(
+            "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.get_supported_head_sizes")),
+        profile_tokens=2048,
+        sources={"attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls: VLLM_ATTENTION_BACKEND "
+                                      "TRITON_ATTN_VLLM_V1 -> triton_attn.TritonAttentionBackend (the default below "
+                                      "8.0 is flex_attention.FlexAttentionBackend)",
+                 "profile_tokens": "vllm/engine/arg_utils.py default_max_num_batched_tokens[OPENAI_API_SERVER] "
+                                   "for device memory < 70 GiB"}),
 }
 
 #: The default: 0.8.5.post1. On a V100 the V0 engine with xformers attention uses the tensor cores; the V1 engine
