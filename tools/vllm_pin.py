@@ -267,7 +267,7 @@ def changes(old: dict, new: dict) -> list[str]:
     line("--kv-cache-dtype accepted", of.get("kv_cache_dtypes"), nf.get("kv_cache_dtypes"))
     line("profile tokens (vllm serve, V1)", of.get("profile_tokens"), nf.get("profile_tokens"))
     oflags, nflags = set(old.get("flags") or []), set(new.get("flags") or [])
-    if oflags or nflags:
+    if oflags != nflags:
         added, removed = sorted(nflags - oflags), sorted(oflags - nflags)
         out.append(f"flags: {len(oflags)} -> {len(nflags)}; added {len(added)}: {' '.join(added) or '-'}; "
                    f"removed {len(removed)}: {' '.join(removed) or '-'}")
@@ -293,8 +293,10 @@ def toolkit_backend(facts: dict) -> str:
 
 # --- main ------------------------------------------------------------------------------------------------------
 
-def pin(version: str, exclude_newer: str | None, static: bool, cache: Path, check_refused: bool) -> dict:
-    """Everything above for one release: the data written to files/vllm/<version>.json."""
+def pin(version: str, exclude_newer: str | None, static: bool, cache: Path, check_refused: bool,
+        facts_only: bool = False) -> dict:
+    """Everything above for one release: the data written to files/vllm/<version>.json. facts_only: no locks and
+    no sm_70 check (a release already in the table, whose locks tools/lock_vllm.py keeps), flags statically."""
     project = project_json()
     w = pypi_wheel(project, version)
     meta = wheel_metadata(w, cache)
@@ -311,7 +313,7 @@ def pin(version: str, exclude_newer: str | None, static: bool, cache: Path, chec
     if (why := torch_verdict(torch_pin)) is not None:
         data["refused"].append(why)
         print(f"  refused: {why}")
-    for python in pythons_allowed(data["requires_python"]):
+    for python in [] if facts_only else pythons_allowed(data["requires_python"]):
         try:
             text = compile_lock(release, python)
         except subprocess.CalledProcessError:
@@ -346,7 +348,10 @@ def pin(version: str, exclude_newer: str | None, static: bool, cache: Path, chec
     data["pythons"] = sorted(p for p, e in data["locks"].items()
                              if e.get("resolved") and e.get("torch_sm70") and isinstance(e.get("sm70"), dict)
                              and e["sm70"]["ok"])
-    if data["refused"] or not data["pythons"]:
+    if facts_only:
+        data["verdict"] = "facts only (locks and sm_70 check: tools/lock_vllm.py)"
+        data["pythons"] = list(VLLM_RELEASES[version].pythons) if version in VLLM_RELEASES else []
+    elif data["refused"] or not data["pythons"]:
         data["verdict"] = "refused"
     torches = {(e["torch"], e["cuda"]) for e in data["locks"].values() if e.get("resolved")}
     data["torch"] = " / ".join(f"{t} cu{c.replace('.', '')}" for t, c in sorted(torches)) or None
@@ -358,7 +363,12 @@ def pin(version: str, exclude_newer: str | None, static: bool, cache: Path, chec
         raise SystemExit(f"vllm {version}: {e}: read it by hand and teach roles/vllm/release_source.py") from e
     data["facts"] = facts
     data["attention_backend"] = toolkit_backend(facts)
-    if static or data["verdict"] == "refused":
+    from tools.vllm_flags import flags_file  # noqa: PLC0415
+    if facts_only and flags_file(version).is_file():  # the release's own parser, recorded by tools/vllm_flags.py
+        recorded = json.loads(flags_file(version).read_text())
+        data["flags"], data["positional"], data["flags_source"] = (recorded["flags"], recorded.get("positional", []),
+                                                                   recorded["source"])
+    elif static or facts_only or data["verdict"] == "refused":
         data["flags"], data["flags_source"] = static_flags(files), (
             "static: the \"--\" string literals of " + ", ".join(FLAG_FILES) + " (not the release's parser)")
     else:
@@ -380,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--static-flags", action="store_true", help="read flags from the source, not the parser")
     ap.add_argument("--check-refused", action="store_true",
                     help="run the sm_70 check on locks whose torch is already refused (to name every binary)")
+    ap.add_argument("--facts-only", action="store_true", help="only the facts from the code and static flags (no "
+                    "locks, no sm_70 check): for a release the table already has")
     ap.add_argument("--cache", type=Path, default=CACHE, help=f"downloads and work files (default {CACHE})")
     args = ap.parse_args(argv)
     if args.survey:
@@ -389,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.version:
         ap.error("give a VERSION or --survey SINCE")
-    data = pin(args.version, args.exclude_newer, args.static_flags, args.cache, args.check_refused)
+    data = pin(args.version, args.exclude_newer, args.static_flags, args.cache, args.check_refused, args.facts_only)
     path = release_data_file(args.version)
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -411,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nagainst the default {DEFAULT_VERSION}:")
         for line in changes(json.loads(default.read_text()), data):
             print(f"  {line}")
-    return 0 if data["verdict"] == "passes" else 2
+    return 2 if data["verdict"] == "refused" else 0
 
 
 if __name__ == "__main__":
