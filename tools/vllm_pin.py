@@ -179,8 +179,18 @@ def sm70_check(lock: Path, cache: Path):
 
 
 def failing_names(check) -> list[str]:
-    """The failing binaries of a LockCheck as text: each entry's str(), which names the wheel, file and archs."""
-    return [str(b) for b in check.failing]
+    """The failing binaries of a LockCheck, grouped per wheel: "<wheel>: N binaries without sm_70 (e.g. <member>
+    SASS sm_80 PTX compute_80)". A wheel such as flashinfer-cubin holds thousands of per-architecture cubins."""
+    groups: dict[str, list] = {}
+    for b in check.failing:
+        groups.setdefault(getattr(b, "wheel", str(b)), []).append(b)
+    out = []
+    for wheel, items in groups.items():
+        b = items[0]
+        example = (f"{b.member} SASS {' '.join(b.sass) or '-'} PTX {' '.join(b.ptx) or '-'}"
+                   if hasattr(b, "member") else str(b))
+        out.append(f"{wheel}: {len(items)} binar{'y' if len(items) == 1 else 'ies'} without sm_70 (e.g. {example})")
+    return out
 
 
 # --- the release's sources -----------------------------------------------------------------------------------

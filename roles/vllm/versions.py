@@ -103,11 +103,52 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
                                       "8.0 is flex_attention.FlexAttentionBackend)",
                  "profile_tokens": "vllm/engine/arg_utils.py default_max_num_batched_tokens[OPENAI_API_SERVER] "
                                    "for device memory < 70 GiB"}),
+    # The newest release that installs from PyPI wheels with an sm_70 torch (tools/vllm_pin.py --survey: 0.20.0 and
+    # later pin torch 2.11+, whose PyPI wheels are cu130 without sm_70, and their vLLM _C has no sm_70 either). V100
+    # owners run ~0.19 (KumphanartDansiri/v100-vllm-2026). torch 2.10.0 cu128 keeps sm_70 (TORCH_SM70); the wheel is
+    # manylinux_2_31 (glibc 2.31+: Debian 11+, Ubuntu 20.04+). On 7.0 it selects TRITON_ATTN itself (FLASH_ATTN
+    # needs 8.0, FLASHINFER 7.5), pinned with --attention-backend (VLLM_ATTENTION_BACKEND is gone from vllm/envs.py)
+    # so a head size below 32 is refused at start-up as the planner refuses it, instead of falling to FlexAttention.
+    # CUDA graphs FULL_DECODE_ONLY and --skip-mm-profiling for vision models as the v100-vllm-2026 owners run it
+    # (dotted form: no quotes for systemd's $VLLM_ARGS; parsed by 0.19.1's own parser to cudagraph_mode
+    # FULL_DECODE_ONLY). The engine must be ready within VLLM_ENGINE_READY_TIMEOUT_S (vllm/envs.py, default 600):
+    # the first start compiles (torch.compile, Triton's kernels: minutes on V100, humanjesse/vllm-v100), so 1800.
+    # Triton and compile caches persist under the unit's CacheDirectory (TRITON_CACHE_DIR, VLLM_CACHE_ROOT).
+    "0.19.1": VllmRelease(
+        "0.19.1", "2.10.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2026-05-02",
+        platform="x86_64-manylinux_2_31",
+        environment={"VLLM_ENGINE_READY_TIMEOUT_S": "1800"},
+        kv_cache_dtypes=("auto", "float16"),
+        attention_backend="TRITON_ATTN",
+        head_sizes=HeadSizes(minimum=32, source=(
+            "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.supports_head_size")),
+        profile_tokens=2048,
+        volta_args=("--attention-backend", "TRITON_ATTN", "--compilation-config.cudagraph_mode=FULL_DECODE_ONLY"),
+        vision_args=("--skip-mm-profiling",),
+        start_timeout_s=1800,
+        sources={"attention_backend": "vllm/platforms/cuda.py _get_backend_priorities filtered by "
+                                      "supports_compute_capability at 7.0; --attention-backend "
+                                      "(vllm/engine/arg_utils.py)",
+                 "cuda_graph_mode": "KumphanartDansiri/v100-vllm-2026 (FULL_DECODE_ONLY); CUDAGraphMode in "
+                                    "vllm/config/compilation.py",
+                 "skip_mm_profiling": "KumphanartDansiri/v100-vllm-2026; --skip-mm-profiling in "
+                                      "vllm/engine/arg_utils.py",
+                 "start_timeout_s": "vllm/envs.py VLLM_ENGINE_READY_TIMEOUT_S (600); humanjesse/vllm-v100 (first "
+                                    "requests JIT Triton kernels for minutes)",
+                 "profile_tokens": "vllm/engine/arg_utils.py get_batch_defaults: OPENAI_API_SERVER 2048 below 70 GiB"}),
 }
 
-#: The default: 0.8.5.post1. On a V100 the V0 engine with xformers attention uses the tensor cores; the V1 engine
-#: (0.10.2+) runs attention through Triton without them, and V0 is gone from 0.11.0. Hosts whose Python has no
-#: wheels for it (Debian 13: 3.13) are refused with 0.10.2 as the fix.
+#: The default: 0.8.5.post1, kept after checking 0.19.1 (tools/vllm_pin.py, files/vllm/<version>.json). Speed: on a
+#: V100 the V0 engine's XFORMERS attention uses the tensor cores, while every V1 release runs TRITON_ATTN, where
+#: Triton uses FMA instead of tensor cores below 8.0 (docs/volta.md §4 "slow"; no field report measures V1 faster
+#: on Volta), and V1 pays a first-start compile (torch.compile, Triton JIT: minutes, humanjesse/vllm-v100) that V0
+#: does not. What it loads: 0.8.5.post1 takes head sizes 32-256 as PagedAttention lists them (80, 112 and 120
+#: included, where 0.10.2's TRITON_ATTN list has none of those) and fp8_e5m2 KV, which no V1 release can use on 7.0
+#: (their Triton kernels read every fp8 cache as e4m3). What it cannot: Python 3.13 (Debian 13: refused, the fix
+#: names the newest release with a py3.13 lock) and architectures newer than its model registry; 0.19.1 takes any
+#: head size from 32 and newer models, at V1's speed, and its sm_70 verdict waits on machine_code's list of binaries
+#: never launched on 7.0 (files/vllm/0.19.1.json "sm70"). So V0's tensor-core speed wins as the default; 0.19.1 is
+#: the choice for newer models and Python 3.13.
 DEFAULT_VERSION = "0.8.5.post1"
 
 #: PyTorch wheels and whether they contain sm_70 kernels: (torch major.minor, CUDA major.minor) -> bool.

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from lab.data import tiny_hf_model
@@ -102,3 +105,30 @@ def test_plan_head_size_no_release_takes_is_refused_with_llama_cpp_as_the_fix(tm
                                                     "head_dim": 16})
     with pytest.raises(SettingsError, match=r"head size 16.*no vLLM release the toolkit supports takes it"):
         plan_commands(UBUNTU_2404, {"vllm_instances": {"tiny": {"model_source": str(model)}}}, responses=TWO_V100)
+
+
+def test_plan_0_19_1_renders_its_volta_flags_environment_and_lock(tmp_path):
+    """vLLM 0.19.1 on the Ubuntu 24.04 box (Python 3.12): its py3.12 lock, and in the instance's environment file
+    the flags its own parser accepts for Volta (files/vllm/0.19.1.flags.json: --attention-backend,
+    --compilation-config, --skip-mm-profiling), TRITON_ATTN, CUDA graphs FULL_DECODE_ONLY, --skip-mm-profiling for a
+    vision-language model only, and VLLM_ENGINE_READY_TIMEOUT_S above vLLM's 600 s default (vllm/envs.py)."""
+    import shlex
+
+    from lab.models import write_tiny_hf
+    from tests.plan.harness import plan_uploads
+    flags = set(json.loads((Path(__file__).resolve().parents[2] / "files/vllm/0.19.1.flags.json").read_text())["flags"])
+    vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
+    data = {"vllm_version": "0.19.1", "vllm_instances": {"tiny": {"model_source": str(MODEL), "gpus": [0]},
+                                                         "vl": {"model_source": str(vision), "port": 8001,
+                                                                "gpus": [1]}}}
+    cmds, uploads = plan_uploads(UBUNTU_2404, data, responses=TWO_V100)
+    assert any("/opt/vllm/locks/0.19.1-py3.12-" in str(c) for c in cmds)
+    envs = {name: dict(line.split("=", 1) for line in uploads[f"/etc/vllm/{name}.env"].splitlines())
+            for name in ("tiny", "vl")}
+    for name, env in envs.items():
+        args = shlex.split(env["VLLM_ARGS"])
+        assert args[args.index("--attention-backend") + 1] == "TRITON_ATTN"
+        assert "--compilation-config.cudagraph_mode=FULL_DECODE_ONLY" in args
+        assert int(env["VLLM_ENGINE_READY_TIMEOUT_S"]) > 600 and "VLLM_USE_V1" not in env
+        assert ("--skip-mm-profiling" in args) == (name == "vl")
+        assert {a.split("=")[0].split(".")[0] for a in args if a.startswith("--")} <= flags

@@ -136,6 +136,13 @@ def test_torch_pins_that_cannot_be_locked_with_sm70_from_pypi():
         ["x86_64-manylinux_2_28", "x86_64-manylinux_2_28", "x86_64-manylinux_2_31", "x86_64-manylinux_2_28"]
 
 
+class FakeBinary:
+    """A stand-in for roles/vllm/machine_code.py's CudaBinary in the orchestration test below only."""
+
+    def __init__(self, wheel, member, sass):
+        self.wheel, self.member, self.sass, self.ptx = wheel, member, sass, ()
+
+
 class FakeLockCheck:
     """A stand-in for roles/vllm/machine_code.py's LockCheck in the orchestration test below only."""
 
@@ -156,11 +163,13 @@ def test_orchestration_refuses_on_failing_binaries_with_a_fake_check(monkeypatch
     monkeypatch.setattr(vllm_pin, "compile_lock", lambda rel, py: lock)
     monkeypatch.setattr(vllm_pin, "download", lambda url, sha, cache: tmp_path / "w.whl")
     monkeypatch.setattr(vllm_pin, "python_sources", lambda wheel: files("0.19.1"))
-    checks = {"3.10": FakeLockCheck([]), "3.11": FakeLockCheck(["libx.so: sm_80"])}
+    failing = [FakeBinary("x-1-py3-none-any.whl", f"x/libx{i}.so", ("sm_80",)) for i in range(3)]
+    checks = {"3.10": FakeLockCheck([]), "3.11": FakeLockCheck(failing)}
     monkeypatch.setattr(vllm_pin, "sm70_check", lambda path, cache: checks[path.name.split("-py")[1][:-4]])
     data = vllm_pin.pin("9.9.9", None, True, tmp_path, False)
     assert data["verdict"] == "refused" and data["pythons"] == ["3.10"]
-    assert any("libx.so: sm_80" in r for r in data["refused"]) and data["platform"] == "x86_64-manylinux_2_31"
+    assert any("x-1-py3-none-any.whl: 3 binaries without sm_70 (e.g. x/libx0.so SASS sm_80 PTX -)" in r
+               for r in data["refused"]) and data["platform"] == "x86_64-manylinux_2_31"
     assert data["attention_backend"] == "TRITON_ATTN" and data["exclude_newer"] == "2026-05-02"
 
 
