@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from lab.harness import LAB_CACHE, LAB_DATA, LAB_INTERFACE, LAB_STATE, HostSpec, Lab, atomic_write, locked
-from lab.models import write_tiny_hf, write_tiny_llama
+from lab.models import HF_HEAD_DIM, write_tiny_hf, write_tiny_llama
 from lab.sources import llama_cpp_default_source, sha256_of
 from roles.llama_cpp.versions import DEFAULT_SOURCE
 
@@ -97,7 +97,8 @@ def tiny_model(cache: Path = LAB_CACHE) -> Path:
 def tiny_hf_model(cache: Path = LAB_CACHE) -> Path:
     """The tiny safetensors llama directory (config.json, model.safetensors, tokenizer), written once per cache
     into a temporary directory that is renamed into place whole."""
-    path = cache / "models" / "tiny-llama-hf"
+    # named by its head size: a copy cached with the older 16-wide heads (which vLLM refuses on Volta) is not reused
+    path = cache / "models" / f"tiny-llama-hf-h{HF_HEAD_DIM}"
     with locked(path):
         if not (path / "config.json").is_file():  # config.json is written last: without it the copy is partial
             shutil.rmtree(path, ignore_errors=True)

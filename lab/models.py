@@ -109,11 +109,14 @@ def write_llama(path: Path, seed: int = 0, n_embd: int = N_EMBD, n_head: int = N
     return path
 
 
-#: The tiny Hugging Face (safetensors) llama the vLLM lab instance serves: same shape as the GGUF one.
+#: The tiny Hugging Face (safetensors) llama the vLLM lab instance serves: the GGUF one's width, layers and KV bytes
+#: per token, but 2 heads of 32 (1 KV head): vLLM's attention backends on Volta take no head size below 32
+#: (PagedAttention.get_supported_head_sizes, TritonAttentionBackend; roles/vllm/versions.py head_sizes).
+HF_HEAD_DIM = 32
 HF_CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": N_EMBD, "intermediate_size": N_FF,
-    "num_hidden_layers": N_LAYER, "num_attention_heads": N_HEAD, "num_key_value_heads": N_HEAD_KV,
-    "head_dim": HEAD_DIM, "max_position_embeddings": N_CTX, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "num_hidden_layers": N_LAYER, "num_attention_heads": N_EMBD // HF_HEAD_DIM,
+    "num_key_value_heads": N_HEAD_KV * HEAD_DIM // HF_HEAD_DIM, "head_dim": HF_HEAD_DIM, "max_position_embeddings": N_CTX, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
     "vocab_size": 280, "tie_word_embeddings": False, "torch_dtype": "float16", "bos_token_id": 1,
     "eos_token_id": 2,
 }
@@ -126,7 +129,8 @@ def write_tiny_hf(directory: Path, seed: int = 0, config: dict | None = None) ->
 
     c = {**HF_CONFIG, **(config or {})}
     rng = np.random.default_rng(seed)
-    e, f, v, kv = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_key_value_heads"] * HEAD_DIM
+    e, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = c["num_key_value_heads"] * c.get("head_dim", e // c["num_attention_heads"])
 
     def w(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * 0.02).astype(np.float16)

@@ -35,7 +35,10 @@ try:
     platform = type(P.current_platform).__name__
 except Exception:
     platform = None
-from vllm.utils import FlexibleArgumentParser
+try:
+    from vllm.utils import FlexibleArgumentParser
+except ImportError:  # 0.11+: vllm/utils/argparse_utils.py
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.entrypoints.openai.cli_args import make_arg_parser
 try:
     parser = make_arg_parser(FlexibleArgumentParser())

@@ -102,11 +102,13 @@ def pp_partition(n_layers: int, pp: int) -> list[int]:
     return parts
 
 
-def vllm_profiled_tokens(max_model_len: int, engine: str = "V0", enable_chunked_prefill: bool | None = None) -> int:
-    """max_num_batched_tokens of vLLM's profile run: V1 chunks always; V0 chunks when asked, or by default above a
-    32k max_model_len (vllm serve), and otherwise profiles max(max_model_len, 2048) tokens."""
+def vllm_profiled_tokens(max_model_len: int, engine: str = "V0", enable_chunked_prefill: bool | None = None,
+                         v1_tokens: int | None = None) -> int:
+    """max_num_batched_tokens of vLLM's profile run: V1 chunks always, at `v1_tokens` (the release's count read
+    from its code, VllmRelease.profile_tokens; None: VLLM_V1_BATCHED_TOKENS); V0 chunks when asked, or by default
+    above a 32k max_model_len (vllm serve), and otherwise profiles max(max_model_len, 2048) tokens."""
     if engine == "V1":
-        return VLLM_V1_BATCHED_TOKENS
+        return v1_tokens or VLLM_V1_BATCHED_TOKENS
     chunked = max_model_len > VLLM_CHUNKED_PREFILL_ABOVE if enable_chunked_prefill is None else enable_chunked_prefill
     return VLLM_V0_CHUNKED_BATCHED_TOKENS if chunked else max(max_model_len, VLLM_MIN_BATCHED_TOKENS)
 
@@ -169,6 +171,7 @@ class _VllmCase:
     enforce_eager: bool = False
     vllm_version: str | None = None
     pipeline_parallel: int = 1
+    v1_profile_tokens: int | None = None
 
     @property
     def gpu_bytes(self) -> int:
@@ -176,7 +179,7 @@ class _VllmCase:
 
     def overhead(self, length: int) -> int:
         """Activation peak + non-torch memory per GPU at this max_model_len."""
-        tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill)
+        tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill, self.v1_profile_tokens)
         return (vllm_activation_bytes(self.model, self.tp, tokens, self.max_num_seqs,
                                       vllm_samples_in_profile(self.vllm_version)) + self.non_torch)
 
@@ -268,7 +271,8 @@ def _utilization_refusal(c: _VllmCase) -> str | None:
 
 def _opts(c: _VllmCase) -> dict:
     return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager,
-            "vllm_version": c.vllm_version, "pipeline_parallel": c.pipeline_parallel}
+            "vllm_version": c.vllm_version, "pipeline_parallel": c.pipeline_parallel,
+            "v1_profile_tokens": c.v1_profile_tokens}
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -305,7 +309,8 @@ def _suggestions(c: _VllmCase, max_ctx: int) -> list[str]:
 def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, max_model_len: int,
               gpu_memory_utilization: float, kv_cache_dtype: str = "auto", max_num_seqs: int = 256, *,
               enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None,
-              vllm_version: str | None = None, pipeline_parallel: int = 1) -> Plan:
+              vllm_version: str | None = None, pipeline_parallel: int = 1,
+              v1_profile_tokens: int | None = None) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
     16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
@@ -325,14 +330,16 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
     (vllm_samples_in_profile; None: it does). pipeline_parallel: stages (one per node of a Ray cluster), each GPU
     holding its stage's layers (pp_partition; the heaviest stage plus one embedding matrix) and their KV cache; a
     stage without a layer is refused. Not calibrated on a pipeline-parallel log (none in the corpus): the terms per
-    GPU are those measured without it. Outcome is "fits" or "does_not_fit". Raises ValueError for non-positive
+    GPU are those measured without it. v1_profile_tokens: V1's profile tokens for the release (read from its code:
+    2048 for `vllm serve` on GPUs below 70 GiB in 0.10.2 and 0.19.1; None: 8192). Outcome is "fits" or
+    "does_not_fit". Raises ValueError for non-positive
     sizes, a utilization outside (0, 1], an unknown kv_cache_dtype or engine.
     """
     return _plan_vllm(model, gpu_mib, n_gpus, tensor_parallel, max_model_len, gpu_memory_utilization,
                       kv_cache_dtype, max_num_seqs, True,
                       {"engine": engine, "enable_chunked_prefill": enable_chunked_prefill,
                        "enforce_eager": enforce_eager, "vllm_version": vllm_version,
-                       "pipeline_parallel": pipeline_parallel})
+                       "pipeline_parallel": pipeline_parallel, "v1_profile_tokens": v1_profile_tokens})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,

@@ -62,6 +62,7 @@ class Instance:
     api_key: str | None = field(repr=False)
     memory: planner.Plan | None  # None: the model could not be read
     warnings: tuple[str, ...] = ()  # served, but at a risk the user should know (half_precision_warnings)
+    multimodal: bool = False  # a vision-language model (config.json vision_config): the release's vision_args
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
     (major, minor): quantization methods whose kernels need a newer GPU (vLLM's "Minimum capability: 75. Current
     capability: 70"), bf16 and attention logit soft-capping below 8.0, and a KV cache dtype the release's engine
     cannot use below 8.9. Sources: QUANT_MIN_CAPABILITY, BF16_MIN_CAPABILITY, SOFTCAP_MIN_CAPABILITY,
-    VllmRelease.volta_kv_cache_dtypes (docs/volta.md §4). Returns problem lines, [] when none."""
+    VllmRelease.kv_cache_dtypes (docs/volta.md §4). Returns problem lines, [] when none."""
     problems = []
     cap = f"{cc[0]}{cc[1]}"
     c = planner.hf_text_config(config)
@@ -139,12 +140,36 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
                                 "attention logit soft-capping (Gemma-2 style) needs FlashAttention/FlashInfer, which "
                                 f"vLLM has not on compute capability {cc[0]}.{cc[1]} (vllm#6173)",
                                 "serve this model with llama.cpp (GGUF), or choose a model without soft-capping"))
-    if cc < (8, 9) and inst.kv_cache_dtype not in release.volta_kv_cache_dtypes:
+    if cc < (8, 9) and inst.kv_cache_dtype not in release.kv_cache_dtypes:
         problems.append(problem(f"{key}.kv_cache_dtype", inst.kv_cache_dtype, f"vLLM {release.version} "
                                 f"({release.engine} engine) cannot use it on compute capability {cc[0]}.{cc[1]} "
                                 "(FP8 e4m3 needs sm_89; roles/vllm/versions.py)",
-                                f"use one of {', '.join(release.volta_kv_cache_dtypes)}"))
+                                f"use one of {', '.join(release.kv_cache_dtypes)}"))
     return problems
+
+
+def head_size_problems(key: str, hf: planner.HfModel, rel: VllmRelease) -> list[str]:
+    """A model whose attention head size the release's attention backend on Volta does not accept (vLLM stops at
+    start-up: "Head size N is not supported by ..."), refused before any change. The head size is config.json's
+    head_dim, else hidden_size / num_attention_heads (planner.HfModel.head_dim); the sizes each release accepts are
+    read from its code (VllmRelease.head_sizes, tools/vllm_pin.py). The fix names the releases whose backend takes
+    it, else llama.cpp with a GGUF. [] when the release has no head size data or the size is accepted."""
+    sizes = rel.head_sizes
+    if not sizes.source or sizes.supports(hf.head_dim):
+        return []
+    fits = [v for v, r in VLLM_RELEASES.items() if not r.refused and r.head_sizes.source
+            and r.head_sizes.supports(hf.head_dim)]
+    fix = (f"set vllm_version to {' or '.join(fits)} ({', '.join(VLLM_RELEASES[v].attention_backend for v in fits)}"
+           f" accepts it), or serve a GGUF of the model with llama.cpp" if fits else
+           "serve a GGUF of the model with llama.cpp (no vLLM release the toolkit supports takes it on Volta)")
+    return [problem(f"{key}.model", f"head size {hf.head_dim}", f"vLLM {rel.version}'s {rel.attention_backend} "
+                    f"attention backend (the one it runs on Volta) accepts head sizes {sizes.describe()} "
+                    f"({sizes.source})", fix)]
+
+
+def multimodal(config: dict) -> bool:
+    """Whether config.json describes a vision-language model: a vision_config (LLaVA, Qwen2-VL, Gemma-3, Mllama)."""
+    return isinstance(config.get("vision_config"), dict)
 
 
 def trained_dtype(config: dict) -> str | None:
@@ -303,17 +328,20 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
 
 
 def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
-           vllm_version: str | None = None, pipeline_parallel: int = 1) -> tuple[planner.Plan, list[str]]:
+           vllm_version: str | None = None, pipeline_parallel: int = 1,
+           v1_profile_tokens: int | None = None) -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
     float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
-    run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each)."""
+    run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each);
+    v1_profile_tokens: the release's V1 profile tokens (VllmRelease.profile_tokens; None: the planner's default)."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
         kv = "auto_float32" if kv == "auto" else kv
     mplan = planner.plan_vllm(hf, gpu_mib, n_visible, inst.tensor_parallel_size, inst.max_model_len,
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
-                              engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel)
+                              engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
+                              v1_profile_tokens=v1_profile_tokens)
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])
@@ -377,14 +405,15 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     problems += more + more2
     mplan = None
     if config is not None:
-        problems += (more := model_problems(key, inst, config, cc, rel))
+        problems += (more := model_problems(key, inst, config, cc, rel) + head_size_problems(key, hf, rel))
         if not more and inst.tensor_parallel_size <= visible:
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
-                                 rel.version, pipeline_parallel)
+                                 rel.version, pipeline_parallel, rel.profile_tokens)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()
-    return Instance(name, inst, model_path, files_, dtype, api_key, mplan, warnings), problems
+    return (Instance(name, inst, model_path, files_, dtype, api_key, mplan, warnings,
+                     config is not None and multimodal(config)), problems)
 
 
 def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], driver_version: str | None,
@@ -453,10 +482,11 @@ def cluster_instance_problems(settings: Settings, cluster: RayPlan | None) -> li
     return problems
 
 
-def server_args(inst: Instance, cluster: RayPlan | None = None) -> str:
+def server_args(inst: Instance, cluster: RayPlan | None = None, rel: VllmRelease | None = None) -> str:
     """The vLLM command line of one instance, shell-quoted (the API key comes from VLLM_API_KEY in the
     environment). On a Ray cluster's head: vLLM's Ray executor with one pipeline stage per node, the instance's
-    tensor parallel size inside each."""
+    tensor parallel size inside each. `rel`: the release, whose Volta flags (volta_args, and vision_args for a
+    vision-language model) come before the user's typed settings and extra_args."""
     s = inst.settings
     args = ["--model", inst.model_path, "--served-model-name", s.served_model_name or inst.name,
             "--host", s.listen, "--port", str(s.port), "--dtype", inst.dtype,
@@ -468,6 +498,8 @@ def server_args(inst: Instance, cluster: RayPlan | None = None) -> str:
     if cluster is not None:
         args += ["--pipeline-parallel-size", str(cluster.pipeline_parallel_size),
                  "--distributed-executor-backend", "ray"]
+    if rel is not None:
+        args += list(rel.volta_args) + (list(rel.vision_args) if inst.multimodal else [])
     args += typed_args(s) + list(s.extra_args)
     return " ".join(shlex.quote(a) for a in args)
 
@@ -475,7 +507,7 @@ def server_args(inst: Instance, cluster: RayPlan | None = None) -> str:
 def environment(p: VllmPlan, inst: Instance) -> str:
     """The instance's EnvironmentFile text ("KEY=value" lines): VLLM_ARGS, the engine environment of the release,
     CUDA_VISIBLE_DEVICES."""
-    env = {"VLLM_ARGS": server_args(inst, p.cluster), **p.release.environment}
+    env = {"VLLM_ARGS": server_args(inst, p.cluster, p.release), **p.release.environment}
     if inst.settings.gpus:  # in nvidia-smi's (PCI bus) order, not CUDA's default fastest first
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.settings.gpus)

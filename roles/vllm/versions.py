@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roles.vllm.release_source import HeadSizes
+
 LOCK_DIR = Path(__file__).resolve().parents[2] / "files" / "vllm"
+
+
+def release_data_file(version: str) -> Path:
+    """files/vllm/<version>.json: what tools/vllm_pin.py found for a release (locks, sm_70 check, facts from its
+    code with their sources, flags)."""
+    return LOCK_DIR / f"{version}.json"
 
 
 @dataclass(frozen=True)
@@ -22,8 +30,16 @@ class VllmRelease:
     (from 0.10.2 on Volta through TRITON_ATTN, where Triton uses FMA instead of tensor cores: slower).
     environment: what the service must set for this engine on Volta. pythons: the "3.N" versions whose wheels
     exist for every locked package (a lock file per entry). exclude_newer: the resolution date of the locks.
-    volta_kv_cache_dtypes: the --kv-cache-dtype values that work below compute capability 8.9 with this engine.
-    refused: why the release cannot be installed from wheels at all (None: installable).
+    kv_cache_dtypes: the --kv-cache-dtype values that work below compute capability 8.9 with this engine.
+    refused: why the release cannot be installed from wheels at all (None: installable). platform: uv's
+    --python-platform for its locks (the vLLM wheel's manylinux tag, at least 2_28).
+    The Volta facts below are read from the release's code by tools/vllm_pin.py (files/vllm/<version>.json, each
+    with its file and function; tests/unit/test_vllm_pin.py keeps the two equal): attention_backend: the backend
+    the service runs on compute capability 7.0; head_sizes: the head sizes it accepts (vLLM stops at start-up on
+    others); profile_tokens: tokens of V1's profile run under `vllm serve` on a V100 (None: V0, whose count follows
+    max_model_len). volta_args: flags every instance gets; vision_args: flags for a vision-language model (a
+    config.json with vision_config); start_timeout_s: how long a first start may take (weights, compilation, CUDA
+    graphs, Triton's first JIT); sources: where each Volta choice comes from.
     """
 
     version: str
@@ -33,8 +49,16 @@ class VllmRelease:
     pythons: tuple[str, ...]
     exclude_newer: str
     environment: dict[str, str] = field(default_factory=dict)
-    volta_kv_cache_dtypes: tuple[str, ...] = ("auto",)
+    kv_cache_dtypes: tuple[str, ...] = ("auto",)
     refused: str | None = None
+    platform: str = "x86_64-manylinux_2_28"
+    attention_backend: str = ""
+    head_sizes: HeadSizes = HeadSizes()
+    profile_tokens: int | None = None
+    volta_args: tuple[str, ...] = ()
+    vision_args: tuple[str, ...] = ()
+    start_timeout_s: int = 600
+    sources: dict[str, str] = field(default_factory=dict)
 
     def lock_file(self, python: str) -> Path:
         """files/vllm/vllm-<version>-py<python>.txt."""
@@ -50,19 +74,81 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         "wheels (and torch 2.4.0 has no Python 3.13 wheels)")),
     # The last release line users run on V100 with the V0 engine (vllm#13398: V1 needs Ampere before 0.10.2, so
     # VLLM_USE_V1=0). torch 2.6.0 cu124 has sm_70 kernels. xformers 0.0.29.post2 has no cp313 wheel.
-    "0.8.5.post1": VllmRelease("0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
-                               environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"},
-                               # fp8_e5m2 KV is storage-only: no FP8 hardware needed (docs/volta.md §4; M)
-                               volta_kv_cache_dtypes=("auto", "fp8_e5m2")),
-    # The first V1 release with a Volta path (PRs #23614, #24022): TRITON_ATTN. torch 2.8.0 cu128 keeps sm_70.
-    # vLLM picks that backend itself on compute capability < 8.0; nothing to set. Its fp8 KV cache is stored as
-    # e4m3, which Triton cannot use before sm_89 ("type fp8e4nv not supported"): auto only.
-    "0.10.2": VllmRelease("0.10.2", "2.8.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2025-09-30"),
+    "0.8.5.post1": VllmRelease(
+        "0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
+        environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"},
+        # fp8_e5m2 KV is storage-only: no FP8 hardware needed (docs/volta.md §4; M)
+        kv_cache_dtypes=("auto", "fp8_e5m2"),
+        attention_backend="XFORMERS",
+        head_sizes=HeadSizes((32, 64, 80, 96, 112, 120, 128, 192, 256), source=(
+            "vllm/attention/ops/paged_attn.py PagedAttention.get_supported_head_sizes (checked by "
+            "vllm/attention/backends/xformers.py XFormersImpl)")),
+        sources={"engine": "vllm/engine/arg_utils.py _is_v1_supported_oracle: compute capability < 8.0 falls back "
+                           "to V0", "attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls (V0): not "
+                           "has_device_capability(80) -> XFORMERS"}),
+    # The first V1 release with a Volta path (PRs #23614, #24022). torch 2.8.0 cu128 keeps sm_70. Its own choice
+    # below 8.0 is FlexAttention (vllm/platforms/cuda.py get_attn_backend_cls: "FlexAttention is the default for
+    # older GPUs"), so the toolkit pins TRITON_ATTN (docs/volta.md §4) with VLLM_ATTENTION_BACKEND. Its fp8 KV cache
+    # is read as e4m3 (`.view(self.fp8_dtype)` in triton_attn.py), which Triton cannot use before sm_89 ("type
+    # fp8e4nv not supported"): auto only.
+    "0.10.2": VllmRelease(
+        "0.10.2", "2.8.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2025-09-30",
+        environment={"VLLM_ATTENTION_BACKEND": "TRITON_ATTN_VLLM_V1"},
+        attention_backend="TRITON_ATTN",
+        head_sizes=HeadSizes((32, 64, 96, 128, 160, 192, 224, 256), source=(
+            "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.get_supported_head_sizes")),
+        profile_tokens=2048,
+        sources={"attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls: VLLM_ATTENTION_BACKEND "
+                                      "TRITON_ATTN_VLLM_V1 -> triton_attn.TritonAttentionBackend (the default below "
+                                      "8.0 is flex_attention.FlexAttentionBackend)",
+                 "profile_tokens": "vllm/engine/arg_utils.py default_max_num_batched_tokens[OPENAI_API_SERVER] "
+                                   "for device memory < 70 GiB"}),
+    # The newest release that installs from PyPI wheels with an sm_70 torch (tools/vllm_pin.py --survey: 0.20.0 and
+    # later pin torch 2.11+, whose PyPI wheels are cu130 without sm_70, and their vLLM _C has no sm_70 either). V100
+    # owners run ~0.19 (KumphanartDansiri/v100-vllm-2026). torch 2.10.0 cu128 keeps sm_70 (TORCH_SM70); the wheel is
+    # manylinux_2_31 (glibc 2.31+: Debian 11+, Ubuntu 20.04+). On 7.0 it selects TRITON_ATTN itself (FLASH_ATTN
+    # needs 8.0, FLASHINFER 7.5), pinned with --attention-backend (VLLM_ATTENTION_BACKEND is gone from vllm/envs.py)
+    # so a head size below 32 is refused at start-up as the planner refuses it, instead of falling to FlexAttention.
+    # CUDA graphs FULL_DECODE_ONLY and --skip-mm-profiling for vision models as the v100-vllm-2026 owners run it
+    # (dotted form: no quotes for systemd's $VLLM_ARGS; parsed by 0.19.1's own parser to cudagraph_mode
+    # FULL_DECODE_ONLY). The engine must be ready within VLLM_ENGINE_READY_TIMEOUT_S (vllm/envs.py, default 600):
+    # the first start compiles (torch.compile, Triton's kernels: minutes on V100, humanjesse/vllm-v100), so 1800.
+    # Triton and compile caches persist under the unit's CacheDirectory (TRITON_CACHE_DIR, VLLM_CACHE_ROOT).
+    "0.19.1": VllmRelease(
+        "0.19.1", "2.10.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2026-05-02",
+        platform="x86_64-manylinux_2_31",
+        environment={"VLLM_ENGINE_READY_TIMEOUT_S": "1800"},
+        kv_cache_dtypes=("auto", "float16"),
+        attention_backend="TRITON_ATTN",
+        head_sizes=HeadSizes(minimum=32, source=(
+            "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.supports_head_size")),
+        profile_tokens=2048,
+        volta_args=("--attention-backend", "TRITON_ATTN", "--compilation-config.cudagraph_mode=FULL_DECODE_ONLY"),
+        vision_args=("--skip-mm-profiling",),
+        start_timeout_s=1800,
+        sources={"attention_backend": "vllm/platforms/cuda.py _get_backend_priorities filtered by "
+                                      "supports_compute_capability at 7.0; --attention-backend "
+                                      "(vllm/engine/arg_utils.py)",
+                 "cuda_graph_mode": "KumphanartDansiri/v100-vllm-2026 (FULL_DECODE_ONLY); CUDAGraphMode in "
+                                    "vllm/config/compilation.py",
+                 "skip_mm_profiling": "KumphanartDansiri/v100-vllm-2026; --skip-mm-profiling in "
+                                      "vllm/engine/arg_utils.py",
+                 "start_timeout_s": "vllm/envs.py VLLM_ENGINE_READY_TIMEOUT_S (600); humanjesse/vllm-v100 (first "
+                                    "requests JIT Triton kernels for minutes)",
+                 "profile_tokens": "vllm/engine/arg_utils.py get_batch_defaults: OPENAI_API_SERVER 2048 below 70 GiB"}),
 }
 
-#: The default: 0.8.5.post1. On a V100 the V0 engine with xformers attention uses the tensor cores; the V1 engine
-#: (0.10.2+) runs attention through Triton without them, and V0 is gone from 0.11.0. Hosts whose Python has no
-#: wheels for it (Debian 13: 3.13) are refused with 0.10.2 as the fix.
+#: The default: 0.8.5.post1, kept after checking 0.19.1 (tools/vllm_pin.py, files/vllm/<version>.json). Speed: on a
+#: V100 the V0 engine's XFORMERS attention uses the tensor cores, while every V1 release runs TRITON_ATTN, where
+#: Triton uses FMA instead of tensor cores below 8.0 (docs/volta.md §4 "slow"; no field report measures V1 faster
+#: on Volta), and V1 pays a first-start compile (torch.compile, Triton JIT: minutes, humanjesse/vllm-v100) that V0
+#: does not. What it loads: 0.8.5.post1 takes head sizes 32-256 as PagedAttention lists them (80, 112 and 120
+#: included, where 0.10.2's TRITON_ATTN list has none of those) and fp8_e5m2 KV, which no V1 release can use on 7.0
+#: (their Triton kernels read every fp8 cache as e4m3). What it cannot: Python 3.13 (Debian 13: refused, the fix
+#: names the newest release with a py3.13 lock) and architectures newer than its model registry; 0.19.1 takes any
+#: head size from 32 and newer models, at V1's speed, and its sm_70 verdict waits on machine_code's list of binaries
+#: never launched on 7.0 (files/vllm/0.19.1.json "sm70"). So V0's tensor-core speed wins as the default; 0.19.1 is
+#: the choice for newer models and Python 3.13.
 DEFAULT_VERSION = "0.8.5.post1"
 
 #: PyTorch wheels and whether they contain sm_70 kernels: (torch major.minor, CUDA major.minor) -> bool.

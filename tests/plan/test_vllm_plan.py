@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from lab.data import tiny_hf_model
@@ -73,3 +76,59 @@ def test_plan_instances_left_behind_are_stopped_even_when_none_is_configured():
         "ls /etc/vllm/*.env": ["/etc/vllm/old.env"],
         "vllm@old.service": ["Id=vllm@old.service", "SubState=running", "UnitFileState=enabled"]})]
     assert "systemctl stop vllm@old.service" in cmds and "systemctl disable vllm@old.service" in cmds
+
+
+def test_plan_head_size_the_release_backend_lacks_is_refused_before_any_command(tmp_path):
+    """A model with heads of 80 (Phi-2's shape: hidden_size 2560 / 32 heads; here 160 / 2) on vLLM 0.10.2, whose
+    TRITON_ATTN backend takes 32, 64, 96, 128, 160, 192, 224, 256 (vllm/v1/attention/backends/triton_attn.py
+    TritonAttentionBackend.get_supported_head_sizes, read in the 0.10.2 wheel): refused before any command, with
+    the release whose backend takes 80 as the fix (0.8.5.post1's PagedAttention: 32, 64, 80, ...,
+    vllm/attention/ops/paged_attn.py). The same model on 0.8.5.post1 plans."""
+    from lab.models import write_tiny_hf
+    model = write_tiny_hf(tmp_path / "h80", config={"hidden_size": 160, "num_attention_heads": 2,
+                                                    "num_key_value_heads": 2, "head_dim": 80})
+    data = {"vllm_version": "0.10.2", "vllm_instances": {"tiny": {"model_source": str(model)}}}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, data, responses=TWO_V100)
+    text = str(e.value)
+    assert "head size 80" in text and "32, 64, 96, 128, 160, 192, 224, 256" in text
+    assert "set vllm_version to 0.8.5.post1" in text and "llama.cpp" in text
+    data["vllm_version"] = "0.8.5.post1"
+    assert any("systemctl start vllm@tiny" in str(c) for c in plan_commands(UBUNTU_2404, data, responses=TWO_V100))
+
+
+def test_plan_head_size_no_release_takes_is_refused_with_llama_cpp_as_the_fix(tmp_path):
+    """Heads of 16 (the GGUF lab model's shape): below every Volta backend's sizes (PagedAttention's smallest is 32,
+    TRITON_ATTN's 32): the fix is llama.cpp with a GGUF."""
+    from lab.models import write_tiny_hf
+    model = write_tiny_hf(tmp_path / "h16", config={"num_attention_heads": 4, "num_key_value_heads": 2,
+                                                    "head_dim": 16})
+    with pytest.raises(SettingsError, match=r"head size 16.*no vLLM release the toolkit supports takes it"):
+        plan_commands(UBUNTU_2404, {"vllm_instances": {"tiny": {"model_source": str(model)}}}, responses=TWO_V100)
+
+
+def test_plan_0_19_1_renders_its_volta_flags_environment_and_lock(tmp_path):
+    """vLLM 0.19.1 on the Ubuntu 24.04 box (Python 3.12): its py3.12 lock, and in the instance's environment file
+    the flags its own parser accepts for Volta (files/vllm/0.19.1.flags.json: --attention-backend,
+    --compilation-config, --skip-mm-profiling), TRITON_ATTN, CUDA graphs FULL_DECODE_ONLY, --skip-mm-profiling for a
+    vision-language model only, and VLLM_ENGINE_READY_TIMEOUT_S above vLLM's 600 s default (vllm/envs.py)."""
+    import shlex
+
+    from lab.models import write_tiny_hf
+    from tests.plan.harness import plan_uploads
+    flags = set(json.loads((Path(__file__).resolve().parents[2] / "files/vllm/0.19.1.flags.json").read_text())["flags"])
+    vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
+    data = {"vllm_version": "0.19.1", "vllm_instances": {"tiny": {"model_source": str(MODEL), "gpus": [0]},
+                                                         "vl": {"model_source": str(vision), "port": 8001,
+                                                                "gpus": [1]}}}
+    cmds, uploads = plan_uploads(UBUNTU_2404, data, responses=TWO_V100)
+    assert any("/opt/vllm/locks/0.19.1-py3.12-" in str(c) for c in cmds)
+    envs = {name: dict(line.split("=", 1) for line in uploads[f"/etc/vllm/{name}.env"].splitlines())
+            for name in ("tiny", "vl")}
+    for name, env in envs.items():
+        args = shlex.split(env["VLLM_ARGS"])
+        assert args[args.index("--attention-backend") + 1] == "TRITON_ATTN"
+        assert "--compilation-config.cudagraph_mode=FULL_DECODE_ONLY" in args
+        assert int(env["VLLM_ENGINE_READY_TIMEOUT_S"]) > 600 and "VLLM_USE_V1" not in env
+        assert ("--skip-mm-profiling" in args) == (name == "vl")
+        assert {a.split("=")[0].split(".")[0] for a in args if a.startswith("--")} <= flags

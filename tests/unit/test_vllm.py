@@ -107,7 +107,8 @@ def test_versions_outside_the_table_or_without_wheels_are_refused(model, version
 
 def test_python_313_refuses_the_default_and_names_the_release_that_installs(model):
     why = refused(plan(model(), python="3.13"))
-    assert "Python 3.13" in why and "vllm_version: 0.10.2" in why
+    # the fix names the newest release with cp313 wheels for its whole lock (0.19.1: files/vllm/vllm-0.19.1-py3.13.txt)
+    assert "Python 3.13" in why and "vllm_version: 0.19.1" in why
     p, problems = plan(model(), python="3.13", vllm_version="0.10.2")
     assert problems == [] and p.lock.name == "vllm-0.10.2-py3.13.txt" and "VLLM_USE_V1" not in p.release.environment
 

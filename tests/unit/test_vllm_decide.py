@@ -30,7 +30,7 @@ def test_a_missing_host_python_is_refused():
 def test_the_host_python_needs_wheels_of_the_release():
     assert python_problems(Settings(), V085, "3.12") == []
     (why,) = python_problems(Settings(), V085, "3.13")  # no cp313 xformers wheel for 0.8.5.post1; 0.10.2 has one
-    assert "cannot be installed from wheels on Python 3.13" in why and "vllm_version: 0.10.2 (V1 engine)" in why
+    assert "cannot be installed from wheels on Python 3.13" in why and "vllm_version: 0.19.1 (V1 engine)" in why  # the newest release with a py3.13 lock
     (why,) = python_problems(Settings(), V085, "3.9")
     assert "vllm_version:" not in why and "set vllm_python to a Python 3.10-3.12 on the host" in why
 

@@ -1,0 +1,177 @@
+"""tools/vllm_pin.py and roles/vllm/release_source.py: the Volta facts of a vLLM release read from its own code.
+
+The inputs are excerpts of the real wheels' sources (tests/data/vllm_source/<version>/<path>, each with the wheel's
+name and sha256 and the original line numbers). The expected values were read by hand from those lines:
+- 0.8.5.post1: vllm/attention/ops/paged_attn.py lines 38-39 `return [32, 64, 80, 96, 112, 120, 128, 192, 256]`;
+  vllm/platforms/cuda.py line 238-243 `if not cls.has_device_capability(80): ... target_backend =
+  _Backend.XFORMERS`; vllm/engine/arg_utils.py 1352-1354 falls back on "Compute Capability < 8.0";
+  vllm/config.py 1291 `CacheDType = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]`.
+- 0.10.2: vllm/platforms/cuda.py "FlexAttention is the default for older GPUs" (`else: return FLEX_ATTENTION_V1`);
+  triton_attn.py 150-151 `return [32, 64, 96, 128, 160, 192, 224, 256]`; triton_attn.py 361-362 views every fp8
+  cache as `self.fp8_dtype` (current_platform.fp8_dtype(), e4m3); arg_utils.py: OPENAI_API_SERVER 2048 below
+  70 GiB.
+- 0.19.1: vllm/platforms/cuda.py _get_backend_priorities `[FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION]`;
+  flash_attn.py `capability >= DeviceCapability(8, 0)`, flashinfer.py `>= DeviceCapability(7, 5)`;
+  triton_attn.py 327-328 `return head_size >= 32`; arg_utils.py get_batch_defaults OPENAI_API_SERVER 2048 for
+  device memory below 70 GiB (8192 above); envs.py VLLM_ENGINE_READY_TIMEOUT_S default "600".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from roles.vllm import release_source as rs
+from roles.vllm.versions import DEFAULT_VERSION, VLLM_RELEASES, release_data_file
+from tools import vllm_pin
+
+SOURCES = Path(__file__).resolve().parents[1] / "data" / "vllm_source"
+
+
+def files(version: str) -> dict[str, str]:
+    root = SOURCES / version
+    return {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.py")}
+
+
+def test_v0_release_xformers_and_paged_attention_head_sizes():
+    f = rs.derive(files("0.8.5.post1"))
+    assert (f.v0_present, f.engine, f.default_backend) == (True, "V0", "XFORMERS")
+    heads = f.head_sizes["XFORMERS"]
+    assert heads.sizes == (32, 64, 80, 96, 112, 120, 128, 192, 256) and heads.minimum is None
+    assert "paged_attn.py PagedAttention.get_supported_head_sizes" in heads.source
+    assert f.kv_cache_dtypes == ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+    assert f.volta_kv_cache_dtypes["XFORMERS"] == ("auto", "fp8_e5m2")
+    assert f.profile_tokens is None  # V0: the count follows max_model_len
+
+
+def test_0_10_2_selects_flex_attention_below_8_0_and_triton_takes_a_list_of_head_sizes():
+    f = rs.derive(files("0.10.2"))
+    assert (f.v0_present, f.engine, f.default_backend) == (True, "V1", "FLEX_ATTENTION")
+    assert "flex_attention.FlexAttentionBackend" in f.default_backend_source
+    assert f.backend_chain == ("FLEX_ATTENTION", "TRITON_ATTN")
+    assert f.head_sizes["TRITON_ATTN"].sizes == (32, 64, 96, 128, 160, 192, 224, 256)
+    assert not f.head_sizes["TRITON_ATTN"].supports(80) and f.head_sizes["FLEX_ATTENTION"].supports(80)
+    # every fp8 cache is read as e4m3 by its Triton kernels: nothing but auto on Volta
+    assert f.volta_kv_cache_dtypes["TRITON_ATTN"] == ("auto",)
+    assert f.profile_tokens == 2048 and "< 70 GiB" in f.profile_tokens_source
+
+
+def test_0_19_1_priorities_filtered_at_7_0_and_a_minimum_head_size():
+    f = rs.derive(files("0.19.1"))
+    assert (f.v0_present, f.engine) == (False, "V1")
+    assert f.backend_chain == ("TRITON_ATTN", "FLEX_ATTENTION")  # FLASH_ATTN needs 8.0, FLASHINFER 7.5
+    heads = f.head_sizes["TRITON_ATTN"]
+    assert (heads.minimum, heads.supports(32), heads.supports(31), heads.supports(80)) == (32, True, False, True)
+    assert heads.describe() == ">= 32"
+    assert f.volta_kv_cache_dtypes["TRITON_ATTN"] == ("auto", "float16")
+    assert f.env["VLLM_ENGINE_READY_TIMEOUT_S"] == "600" and "VLLM_ATTENTION_BACKEND" not in f.env
+    assert f.profile_tokens == 2048
+
+
+def test_profile_tokens_follow_the_memory_branch():
+    """The same code on a GPU of 80 GiB takes the other branch: 8192 (arg_utils.py get_batch_defaults)."""
+    assert rs.profile_tokens(files("0.19.1"), memory_gib=80)[0] == 8192
+    assert rs.profile_tokens(files("0.19.1"), memory_gib=16)[0] == 2048
+
+
+def test_capability_evaluation_of_the_backends():
+    f = files("0.19.1")
+    flash = "vllm.v1.attention.backends.flash_attn.FlashAttentionBackend"
+    infer = "vllm.v1.attention.backends.flashinfer.FlashInferBackend"
+    assert [rs.supports_capability(f, flash, cc) for cc in ((7, 0), (8, 0))] == [False, True]
+    assert [rs.supports_capability(f, infer, cc) for cc in ((7, 0), (7, 5), (12, 1), (12, 2))] == \
+        [False, True, True, False]
+
+
+def test_an_unknown_code_shape_is_an_error_not_a_guess():
+    f = files("0.19.1")
+    path = "vllm/v1/attention/backends/triton_attn.py"
+    f[path] = f[path].replace("return head_size >= 32", "return head_size % 16 == 0")
+    with pytest.raises(rs.SourceShapeError, match="supports_head_size"):
+        rs.derive(f)
+    g = files("0.8.5.post1")
+    del g["vllm/attention/ops/paged_attn.py"]
+    with pytest.raises(rs.SourceShapeError, match="paged_attn.py"):
+        rs.derive(g)
+
+
+def test_the_release_table_holds_what_the_code_says():
+    """roles/vllm/versions.py against the derivation from each release's excerpts and files/vllm/<version>.json."""
+    for version in ("0.8.5.post1", "0.10.2", "0.19.1"):
+        if version not in VLLM_RELEASES:
+            continue
+        rel, f = VLLM_RELEASES[version], rs.derive(files(version))
+        data = json.loads(release_data_file(version).read_text())
+        assert data["attention_backend"] == rel.attention_backend == vllm_pin.toolkit_backend(f.as_dict())
+        heads = f.head_sizes[rel.attention_backend]
+        assert (rel.head_sizes.sizes, rel.head_sizes.minimum, rel.head_sizes.source) == \
+            (heads.sizes, heads.minimum, heads.source)
+        assert rel.kv_cache_dtypes == f.volta_kv_cache_dtypes[rel.attention_backend]
+        assert rel.profile_tokens == f.profile_tokens == data["facts"]["profile_tokens"]
+        assert rel.engine == f.engine == data["facts"]["engine"]
+
+
+def test_what_changed_names_each_difference():
+    old = json.loads(release_data_file("0.8.5.post1").read_text())
+    new = json.loads(release_data_file("0.10.2").read_text())
+    lines = vllm_pin.changes(old, new)
+    assert "engine on 7.0: V0 -> V1" in lines
+    assert "attention backend vLLM selects on 7.0: XFORMERS -> FLEX_ATTENTION" in lines
+    assert "attention backend the toolkit uses: XFORMERS -> TRITON_ATTN" in lines
+    assert "head sizes: 32, 64, 80, 96, 112, 120, 128, 192, 256 -> 32, 64, 96, 128, 160, 192, 224, 256" in lines
+    assert "--kv-cache-dtype on Volta: ['auto', 'fp8_e5m2'] -> ['auto']" in lines
+    assert "profile tokens (vllm serve, V1): None -> 2048" in lines
+    flags = next(line for line in lines if line.startswith("flags:"))
+    assert "--skip-mm-profiling" in flags.split("removed")[0] and vllm_pin.changes(old, old) == []
+
+
+def test_torch_pins_that_cannot_be_locked_with_sm70_from_pypi():
+    assert vllm_pin.torch_verdict("==2.10.0") is None
+    assert "cu130" in vllm_pin.torch_verdict("==2.11.0") and "download.pytorch.org" in vllm_pin.torch_verdict("==2.14.0")
+    assert vllm_pin.pythons_allowed("<3.14,>=3.10") == ["3.10", "3.11", "3.12", "3.13"]
+    assert vllm_pin.pythons_allowed(">=3.11,<3.15") == ["3.11", "3.12", "3.13", "3.14"]
+    assert [vllm_pin.lock_platform(t) for t in ("manylinux1", "manylinux_2_24", "manylinux_2_31", None)] == \
+        ["x86_64-manylinux_2_28", "x86_64-manylinux_2_28", "x86_64-manylinux_2_31", "x86_64-manylinux_2_28"]
+
+
+class FakeBinary:
+    """A stand-in for roles/vllm/machine_code.py's CudaBinary in the orchestration test below only."""
+
+    def __init__(self, wheel, member, sass):
+        self.wheel, self.member, self.sass, self.ptx = wheel, member, sass, ()
+
+
+class FakeLockCheck:
+    """A stand-in for roles/vllm/machine_code.py's LockCheck in the orchestration test below only."""
+
+    def __init__(self, failing):
+        self.failing, self.binaries, self.ok = failing, ["a", "b", *failing], not failing
+
+
+def test_orchestration_refuses_on_failing_binaries_with_a_fake_check(monkeypatch, tmp_path):
+    """The tool's own logic with every network step and the sm_70 check replaced (named fakes): a failing binary
+    makes the verdict "refused" and is named; a passing check keeps the Python."""
+    project = {"releases": {"9.9.9": [{"packagetype": "bdist_wheel", "filename":
+                                       "vllm-9.9.9-cp38-abi3-manylinux_2_31_x86_64.whl", "url": "https://x/v.whl",
+                                       "digests": {"sha256": "0" * 64}, "upload_time": "2026-04-18T00:00:00"}]}}
+    lock = ("torch==2.10.0 \\\n    --hash=sha256:00\nnvidia-cuda-runtime-cu12==12.8.90 \\\n    --hash=sha256:00\n")
+    monkeypatch.setattr(vllm_pin, "project_json", lambda: project)
+    monkeypatch.setattr(vllm_pin, "wheel_metadata", lambda w, c=None: "Requires-Dist: torch==2.10.0\n"
+                                                                       "Requires-Python: <3.12,>=3.10\n")
+    monkeypatch.setattr(vllm_pin, "compile_lock", lambda rel, py: lock)
+    monkeypatch.setattr(vllm_pin, "download", lambda url, sha, cache: tmp_path / "w.whl")
+    monkeypatch.setattr(vllm_pin, "python_sources", lambda wheel: files("0.19.1"))
+    failing = [FakeBinary("x-1-py3-none-any.whl", f"x/libx{i}.so", ("sm_80",)) for i in range(3)]
+    checks = {"3.10": FakeLockCheck([]), "3.11": FakeLockCheck(failing)}
+    monkeypatch.setattr(vllm_pin, "sm70_check", lambda path, cache: checks[path.name.split("-py")[1][:-4]])
+    data = vllm_pin.pin("9.9.9", None, True, tmp_path, False)
+    assert data["verdict"] == "refused" and data["pythons"] == ["3.10"]
+    assert any("x-1-py3-none-any.whl: 3 binaries without sm_70 (e.g. x/libx0.so SASS sm_80 PTX -)" in r
+               for r in data["refused"]) and data["platform"] == "x86_64-manylinux_2_31"
+    assert data["attention_backend"] == "TRITON_ATTN" and data["exclude_newer"] == "2026-05-02"
+
+
+def test_default_release_data_exists():
+    assert release_data_file(DEFAULT_VERSION).is_file()
