@@ -193,25 +193,63 @@ def test_doctor_sees_the_checked_venv_in_use(provisioned):
     assert rows["vLLM venv in use"].state == "ok", rows["vLLM venv in use"]
 
 
+#: Runs in the venv as the service user: the release's own server parser reads /etc/vllm/tiny.env's VLLM_ARGS (on a
+#: host without a GPU, on vLLM's CPU platform, as tools/vllm_flags.py does) and prints what it made of the Volta flags.
+PARSE_RENDERED = r"""
+import json, shlex
+import vllm.platforms as P
+try:
+    from vllm.utils import FlexibleArgumentParser
+except ImportError:  # 0.11+: vllm/utils/argparse_utils.py
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+try:
+    parser = make_arg_parser(FlexibleArgumentParser())
+except RuntimeError:  # "Failed to infer device type": no GPU here
+    from vllm.platforms.cpu import CpuPlatform
+    P._current_platform = CpuPlatform()
+    parser = make_arg_parser(FlexibleArgumentParser())
+env = dict(l.split('=', 1) for l in open('/etc/vllm/tiny.env').read().splitlines())
+a = parser.parse_args(shlex.split(env['VLLM_ARGS']))
+cc = getattr(a, 'compilation_config', None)
+mode = getattr(cc, 'cudagraph_mode', None) if not isinstance(cc, dict) else cc.get('cudagraph_mode')
+print(json.dumps({'dtype': a.dtype, 'max_model_len': a.max_model_len,
+                  'attention_backend': str(getattr(a, 'attention_backend', None)),
+                  'cudagraph_mode': None if mode is None else str(getattr(mode, 'name', mode))}))
+"""
+
+
 @pytest.mark.disruptive
-def test_trixie_installs_the_release_python313_has_wheels_for_then_removes_the_instance(provisioned):
-    """The fix the refusal names works: 0.10.2 (V1 engine) installs from its py3.13 lock on Debian 13 and passes the
-    venv checks; deploying the lab's own settings again (no vLLM instance) stops and unconfigures it."""
-    release = VLLM_RELEASES["0.10.2"]
-    assert "3.13" in release.pythons
+def test_trixie_installs_the_release_the_refusal_names_then_removes_the_instance(provisioned):
+    """The fix the Python 3.13 refusal names works: the newest release with a py3.13 lock (0.19.1, V1 engine) installs
+    from its lock on Debian 13 and passes the venv checks (torch's own arch list has sm_70), and its own argument
+    parser accepts the rendered Volta flags (--dtype half, TRITON_ATTN, CUDA graphs FULL_DECODE_ONLY); deploying the
+    lab's own settings again (no vLLM instance) stops and unconfigures it."""
+    release = VLLM_RELEASES[max((r for r in VLLM_RELEASES.values() if "3.13" in r.pythons and not r.refused),
+                                key=lambda r: tuple(int(x) for x in r.version.split(".")[:3])).version]
+    assert release.version == "0.19.1"  # what the refusal names (test_trixie_python313_refuses_the_default_release)
     tx = testinfra.get_host(provisioned.lab.testinfra_url(TRIXIE))
     args = [*data_args({"vllm_version": release.version, "vllm_instances": {"tiny": {**vllm_instance(), "port": 18092}}}),
             "--limit", TRIXIE.name]
     try:
-        run = deploy("vllm-trixie-0.10.2", args)
+        run = deploy(f"vllm-trixie-{release.version}", args)
         assert run.rc == 0, run.stderr[-3000:]
         stamp = json.loads(tx.file(f"{CURRENT}/.v100kit-venv.json").content_string)
         assert stamp["vllm"] == release.version and stamp["python"] == "3.13"
         probe = "import torch, vllm; print(vllm.__version__, torch.__version__, torch._C._cuda_getArchFlags())"
         out = tx.check_output(f"{PY} -c \"{probe}\" 2>/dev/null").splitlines()[-1].split(" ", 2)
         assert out[0] == release.version and out[1].startswith(release.torch) and "sm_70" in out[2].split()
-        assert "VLLM_USE_V1" not in tx.file("/etc/vllm/tiny.env").content_string
-        again = deploy("vllm-trixie-0.10.2-again", args)
+        assert lock_pins(tx.check_output(f"{UV} pip freeze --python {PY}")) == \
+            lock_pins(release.lock_file("3.13").read_text())
+        env = tx.file("/etc/vllm/tiny.env").content_string
+        assert "VLLM_USE_V1" not in env
+        tx.run(f"printf %s {shlex.quote(PARSE_RENDERED)} > /tmp/vllm-parse.py && chmod 644 /tmp/vllm-parse.py")
+        parsed = tx.run(f"cd /tmp && runuser -u llm -- env HF_HUB_OFFLINE=1 HOME=/tmp {PY} /tmp/vllm-parse.py")
+        assert parsed.rc == 0, parsed.stderr[-3000:]
+        got = json.loads(parsed.stdout.splitlines()[-1])
+        assert got["dtype"] == "half" and got["max_model_len"] == vllm_instance()["max_model_len"], got
+        assert "TRITON_ATTN" in got["attention_backend"] and got["cudagraph_mode"] == "FULL_DECODE_ONLY", got
+        again = deploy(f"vllm-trixie-{release.version}-again", args)
         assert again.rc == 0 and again.changed == {}, again.changed_ops
     finally:
         back = deploy("vllm-trixie-back", ["--limit", TRIXIE.name])
