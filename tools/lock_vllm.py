@@ -85,6 +85,11 @@ def sm70_table(checks: list[LockCheck]) -> str:
                        else "LIMIT" if b.limit(c.vllm_version) else "FAILS")
             out.append(f"  {f'{b.distribution} {b.member}':<{width}}  {verdict:<12}  SASS {' '.join(b.sass) or '-'}"
                        f"  PTX {' '.join(b.ptx) or '-'}")
+        for w in c.wheels:
+            if w.cubins:
+                out.append(f"  {w.name}: {sum(n for _, n in w.cubins)} standalone cubins (loaded per architecture "
+                           f"by their library, not in the verdict): "
+                           + ", ".join(f"{archs or '?'} x{n}" for archs, n in w.cubins))
         out.append("")
     return "\n".join(out)
 

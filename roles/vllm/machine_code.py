@@ -42,7 +42,7 @@ import zipfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from roles.engines import sha256_file
 
@@ -145,6 +145,9 @@ class CudaBinary:
     #: fatbins found outside the ELF's .nv_fatbin section and read as well (a library that loads its own kernels,
     #: such as cuFFT, whose .nv_fatbin holds one sm_52 stub): 0 for most binaries
     embedded: int = 0
+    #: fatbin entries cuobjdump refused ("Invalid ELF": cuBLAS 12.4 holds one such sm_90 cubin); their architecture
+    #: is taken from the entry's own header instead (_entry_archs). 0 for most binaries
+    unreadable: int = 0
 
     def runs_on(self, capability: tuple[int, int]) -> bool:
         """Some SASS or PTX of it runs on compute capability `capability` (sass_runs_on, ptx_runs_on)."""
@@ -179,12 +182,15 @@ class CudaBinary:
 
 @dataclass(frozen=True)
 class WheelRead:
-    """One wheel a lock installs, as read: file name, sha256 (hex), and how many of its ELF members hold no
-    device code (CPython extensions, host-only libraries)."""
+    """One wheel a lock installs, as read: file name, sha256 (hex), how many of its ELF members hold no device code
+    (CPython extensions, host-only libraries), and its standalone cubins."""
 
     name: str
     sha256: str
     elf_without_device_code: int
+    #: standalone cubins (members that are device code themselves) as ("SASS PTX" archs, how many), e.g.
+    #: (("sm_100", 5210), ("sm_90a", 30)); not part of the verdict: their library loads one per architecture
+    cubins: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -296,81 +302,143 @@ def _section(buf: mmap.mmap, name: bytes) -> tuple[int, int] | None:
     return None
 
 
-def embedded_fatbins(path: Path, out: Path) -> int:
-    """Write the fatbins that `path` holds outside its .nv_fatbin section, one after another (8-byte aligned, the
-    way .nv_fatbin itself holds them), to `out`, which cuobjdump reads like a .fatbin file; returns how many (0:
-    `out` not written). A fatbin is found by its header: magic, version 1, header size 16, a size that fits."""
-    count = 0
+def _fatbins(buf: mmap.mmap, outside: tuple[int, int] = (0, 0)) -> Iterator[tuple[int, int]]:
+    """(start, end) of every fatbin in buf that does not start within `outside` (a section's range). A fatbin is
+    found by its header: magic, version 1, header size 16, a size that fits in the file."""
+    at = buf.find(_FATBIN_MAGIC)
+    while at >= 0:
+        _, version, header, size = _FATBIN_HEADER.unpack_from(buf, at) if at + 16 <= len(buf) else (0,) * 4
+        end = at + header + size
+        if version == 1 and header == 16 and 0 < size and end <= len(buf):
+            if not outside[0] <= at < outside[1]:
+                yield at, end
+            at = buf.find(_FATBIN_MAGIC, end)
+        else:
+            at = buf.find(_FATBIN_MAGIC, at + 4)
+
+
+def _entry_archs(fatbin: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(sass, ptx) as a fatbin's entry headers declare them, without cuobjdump: each entry starts with kind (u16:
+    1 PTX, 2 ELF/cubin), header size (u32 at +4), payload size (u64 at +8) and the architecture (u32 at +28, 70 for
+    sm_70). Layout: n-eiling/cuda-fatbin-decompression, fatbin-decompress.h (struct fat_text_header). Only for the
+    fatbins cuobjdump refuses."""
+    sass, ptx = set(), set()
+    at, end = 16, len(fatbin)
+    while at + 32 <= end:
+        kind, _, header, size = struct.unpack_from("<HHIQ", fatbin, at)
+        arch, = struct.unpack_from("<I", fatbin, at + 28)
+        if header < 32 or kind not in (1, 2):
+            break
+        (ptx if kind == 1 else sass).add(f"{'compute' if kind == 1 else 'sm'}_{arch}")
+        at += header + size
+    return _sorted(sass), _sorted(ptx)
+
+
+def read_fatbins(path: Path, tool: Path, scratch: Path,
+                 outside_only: bool) -> tuple[tuple[str, ...], tuple[str, ...], int, int]:
+    """(sass, ptx, fatbins read, entries refused) of the fatbins in the file at `path`: all of them, or with
+    outside_only those outside its .nv_fatbin section (a library's own kernel store, such as cuFFT's). They are
+    written one after another (8-byte aligned, as .nv_fatbin holds them) to a file cuobjdump reads like a .fatbin.
+    Should cuobjdump refuse that file, each fatbin is read alone, and one it refuses counts by its entry headers
+    (_entry_archs). Raises MachineCodeError only when cuobjdump fails in another way."""
+    out = scratch / "fatbins.fatbin"
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        skip = _section(buf, b".nv_fatbin") or (0, 0)
+        skip = (_section(buf, b".nv_fatbin") or (0, 0)) if outside_only else (0, 0)
+        spans = list(_fatbins(buf, skip))
+        if not spans:
+            return (), (), 0, 0
         with open(out, "wb") as dst:
-            at = buf.find(_FATBIN_MAGIC)
-            while at >= 0:
-                _, version, header, size = _FATBIN_HEADER.unpack_from(buf, at) if at + 16 <= len(buf) else (0,) * 4
-                end = at + header + size
-                if version == 1 and header == 16 and 0 < size and end <= len(buf) and not skip[0] <= at < skip[1]:
-                    dst.write(buf[at:end])
-                    dst.write(b"\0" * (-dst.tell() % 8))
-                    count += 1
-                    at = buf.find(_FATBIN_MAGIC, end)
-                else:
-                    at = buf.find(_FATBIN_MAGIC, at + 4)
-    return count
+            for start, end in spans:
+                dst.write(buf[start:end])
+                dst.write(b"\0" * (-dst.tell() % 8))
+        try:
+            found = read_elf(out, tool)
+            return (*(found or ((), ())), len(spans), 0)
+        except MachineCodeError:
+            pass
+        sass: set[str] = set()
+        ptx: set[str] = set()
+        refused = 0
+        for start, end in spans:
+            out.write_bytes(buf[start:end])
+            try:
+                found = read_elf(out, tool) or ((), ())
+            except MachineCodeError:
+                found = _entry_archs(buf[start:end])
+                refused += len(found[0]) + len(found[1])
+            sass |= set(found[0])
+            ptx |= set(found[1])
+    out.unlink(missing_ok=True)
+    return _sorted(sass), _sorted(ptx), len(spans), refused
 
 
-def read_wheel(wheel: Path, tool: Path, scratch: Path) -> tuple[list[CudaBinary], list[str]]:
-    """(binaries with device code, members that are ELF without it) of one wheel: every member that starts with
-    the ELF magic is extracted into `scratch` (a directory) and read with read_elf, one at a time, together with
-    the fatbins it holds outside .nv_fatbin (embedded_fatbins)."""
+_EM_CUDA = 190  # e_machine of a cubin (a device-code ELF on its own), System V gABI machine numbers
+
+
+def read_wheel(wheel: Path, tool: Path,
+               scratch: Path) -> tuple[list[CudaBinary], list[str], dict[str, int]]:
+    """What one wheel holds: (binaries with device code, ELF members without it, standalone cubins counted by
+    "SASS PTX" architectures). Every member that starts with the ELF magic is extracted into `scratch` (a
+    directory) and read with cuobjdump (read_elf), together with the fatbins it holds outside .nv_fatbin
+    (read_fatbins); when cuobjdump refuses the file, its fatbins are read one by one. A member that is itself a
+    cubin (e_machine EM_CUDA: FlashInfer's kernel store) is counted, not listed: the library that loads it picks a
+    cubin per GPU architecture. Raises MachineCodeError when cuobjdump fails otherwise."""
     binaries: list[CudaBinary] = []
     plain: list[str] = []
+    cubins: dict[str, int] = {}
+    target = scratch / "elf"
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
             if info.is_dir() or info.file_size < 64:
                 continue
             with zf.open(info) as f:
-                if f.read(4) != _ELF_MAGIC:
-                    continue
-            target, extra = scratch / "elf", scratch / "embedded.fatbin"
+                head = f.read(20)
+            if head[:4] != _ELF_MAGIC:
+                continue
             with zf.open(info) as src, open(target, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             try:
-                found = read_elf(target, tool)
-                embedded = embedded_fatbins(target, extra)
-                more = read_elf(extra, tool) if embedded else None
+                if struct.unpack_from("<H", head, 18)[0] == _EM_CUDA:
+                    found = read_elf(target, tool) or ((), ())
+                    key = " ".join(found[0] + found[1])
+                    cubins[key] = cubins.get(key, 0) + 1
+                    continue
+                try:
+                    found, whole = read_elf(target, tool), False
+                except MachineCodeError:
+                    found, whole = None, True  # cuobjdump refused an entry: read all fatbins one by one
+                sass, ptx, embedded, unreadable = read_fatbins(target, tool, scratch, outside_only=not whole)
             finally:
                 target.unlink()
-                extra.unlink(missing_ok=True)
-            if found is None and more is None:
+            if found is None and not (sass or ptx):
                 plain.append(info.filename)
                 continue
-            sass, ptx = found or ((), ())
-            if more:
-                sass, ptx = _sorted(sass + more[0]), _sorted(ptx + more[1])
-            binaries.append(CudaBinary(wheel.name, info.filename, sass, ptx, embedded))
-    return binaries, plain
+            if found:
+                sass, ptx = _sorted(sass + found[0]), _sorted(ptx + found[1])
+            binaries.append(CudaBinary(wheel.name, info.filename, sass, ptx, 0 if whole else embedded, unreadable))
+    return binaries, plain, dict(sorted(cubins.items()))
 
 
 def _cached_read(wheel: Path, cache_dir: Path, tool: Path,
-                 version: str) -> tuple[str, list[CudaBinary], list[str]]:
-    """read_wheel, remembered per wheel sha256 and reader version in cache_dir/machine-code/<sha256>.json: a wheel
-    shared by several locks (nvidia-* py3-none wheels) is read once."""
+                 version: str) -> tuple[str, list[CudaBinary], list[str], dict[str, int]]:
+    """(sha256, *read_wheel(...)), remembered per wheel sha256 and reader version in
+    cache_dir/machine-code/<sha256>.json: a wheel shared by several locks (nvidia-* py3-none wheels) is read once."""
     sha = sha256_file(str(wheel))
     memo = cache_dir / "machine-code" / f"{sha}.json"
     reader = f"cuobjdump {version}, embedded fatbins"
     if memo.is_file():
         data = json.loads(memo.read_text())
-        if data.get("reader") == reader:
-            return (sha, [CudaBinary(wheel.name, m, tuple(s), tuple(p), e) for m, s, p, e in data["binaries"]],
-                    list(data["no_device_code"]))
+        if data.get("reader") == reader and "cubins" in data:
+            return (sha, [CudaBinary(wheel.name, m, tuple(s), tuple(p), e, u) for m, s, p, e, u in data["binaries"]],
+                    list(data["no_device_code"]), dict(data["cubins"]))
     memo.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=memo.parent) as scratch:
-        binaries, plain = read_wheel(wheel, tool, Path(scratch))
+        binaries, plain, cubins = read_wheel(wheel, tool, Path(scratch))
     tmp = memo.with_suffix(".part")
-    tmp.write_text(json.dumps({"reader": reader, "wheel": wheel.name, "no_device_code": plain,
-                               "binaries": [[b.member, b.sass, b.ptx, b.embedded] for b in binaries]}))
+    tmp.write_text(json.dumps({"reader": reader, "wheel": wheel.name, "no_device_code": plain, "cubins": cubins,
+                               "binaries": [[b.member, b.sass, b.ptx, b.embedded, b.unreadable] for b in binaries]}))
     os.replace(tmp, memo)
-    return sha, binaries, plain
+    return sha, binaries, plain, cubins
 
 
 def lock_python(lock_path: Path) -> str:
@@ -403,10 +471,10 @@ def check_lock(lock_path: Path, cache_dir: Path, fetch: Fetch) -> LockCheck:
     plain: list[str] = []
     read: list[WheelRead] = []
     for wheel in wheels:
-        sha, found, without = _cached_read(Path(wheel), Path(cache_dir), tool, version)
+        sha, found, without, cubins = _cached_read(Path(wheel), Path(cache_dir), tool, version)
         binaries += found
         plain += [f"{Path(wheel).name}:{m}" for m in without]
-        read.append(WheelRead(Path(wheel).name, sha, len(without)))
+        read.append(WheelRead(Path(wheel).name, sha, len(without), tuple(cubins.items())))
     return LockCheck(lock_path.name, tuple(binaries), tuple(plain), tuple(read))
 
 
@@ -429,8 +497,9 @@ def reader_name() -> str:
 
 def render_evidence(check: LockCheck) -> str:
     """The evidence of a check as JSON text: the lock, the reader, the verdict, and per wheel (lock order) its
-    sha256, its number of ELF members without device code, and one line per binary: member, sass, ptx,
-    runs_on_sm70, and where they apply embedded (fatbins outside .nv_fatbin), not_launched or limit (why)."""
+    sha256, its number of ELF members without device code, its standalone cubins by architecture, and one line per
+    binary: member, sass, ptx, runs_on_sm70, and where they apply embedded (fatbins outside .nv_fatbin),
+    unreadable (entries cuobjdump refused, read from their headers), not_launched or limit (why)."""
     by_wheel: dict[str, list[CudaBinary]] = {}
     for b in check.binaries:
         by_wheel.setdefault(b.wheel, []).append(b)
@@ -440,7 +509,8 @@ def render_evidence(check: LockCheck) -> str:
     lines = ["{"] + [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()] + [' "wheels": {']
     for i, w in enumerate(check.wheels):
         comma = "," if i < len(check.wheels) - 1 else ""
-        entry = {"sha256": w.sha256, "elf_without_device_code": w.elf_without_device_code}
+        entry = {"sha256": w.sha256, "elf_without_device_code": w.elf_without_device_code,
+                 **({"cubins": dict(w.cubins)} if w.cubins else {})}
         found = by_wheel.get(w.name, [])
         if not found:
             lines.append(f"  {json.dumps(w.name)}: {json.dumps(entry)}{comma}")
@@ -450,6 +520,8 @@ def render_evidence(check: LockCheck) -> str:
             record = {"member": b.member, "sass": list(b.sass), "ptx": list(b.ptx), "runs_on_sm70": b.runs_on_sm70}
             if b.embedded:
                 record["embedded"] = b.embedded
+            if b.unreadable:
+                record["unreadable"] = b.unreadable
             if not b.runs_on_sm70 and b.not_launched_reason:
                 record["not_launched"] = b.not_launched_reason
             elif not b.runs_on_sm70 and b.limit(check.vllm_version):
@@ -477,7 +549,8 @@ def read_evidence(path: Path) -> LockCheck:
                          "with tools/lock_vllm.py")
     wheels, binaries = [], []
     for name, entry in data["wheels"].items():
-        wheels.append(WheelRead(name, entry["sha256"], entry["elf_without_device_code"]))
-        binaries += [CudaBinary(name, b["member"], tuple(b["sass"]), tuple(b["ptx"]), b.get("embedded", 0))
-                     for b in entry.get("binaries", ())]
+        wheels.append(WheelRead(name, entry["sha256"], entry["elf_without_device_code"],
+                                tuple(entry.get("cubins", {}).items())))
+        binaries += [CudaBinary(name, b["member"], tuple(b["sass"]), tuple(b["ptx"]), b.get("embedded", 0),
+                                b.get("unreadable", 0)) for b in entry.get("binaries", ())]
     return LockCheck(data["lock"], tuple(binaries), (), tuple(wheels))

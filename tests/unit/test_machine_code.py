@@ -135,24 +135,35 @@ def _elf(sections: list[tuple[bytes, bytes]], outside: bytes = b"") -> bytes:
     return bytes(body)
 
 
+def _bad_cubin_fatbin(arch: int) -> bytes:
+    """A fatbin whose one ELF entry (kind 2) for sm_<arch> is no ELF: cuobjdump refuses it ("Invalid ELF")."""
+    payload = b"\x7fELF" + bytes(60)
+    entry = struct.pack("<HHIQIIHHIIIQQQ", 2, 0x0101, 64, len(payload), 0, 0, 0, 1, arch, 0, 0, 0x11, 0, 0)
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(entry) + len(payload)) + entry + payload
+
+
 def _wheel(path: Path) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("pkg/_kernels.so", _elf([(b".nv_fatbin", _ptx_fatbin(70))], outside=_ptx_fatbin(52)))
         zf.writestr("pkg/_host.so", _elf([(b".text", b"\x90" * 16)]))
         zf.writestr("pkg/__init__.py", "x = 1\n" * 20)
         zf.writestr("pkg/sm80.so", _elf([(b".nv_fatbin", _ptx_fatbin(80))]))
+        # cuobjdump refuses the whole file for the second fatbin: each fatbin is then read alone, and the refused
+        # one counts by its entry header
+        zf.writestr("pkg/refused.so", _elf([(b".nv_fatbin", _ptx_fatbin(70) + _bad_cubin_fatbin(90))]))
     return path
 
 
 def test_pinned_cuobjdump_reads_a_wheels_elf_members(tmp_path):
     tool, version = mc.cuobjdump()
     assert version == mc.CUOBJDUMP_VERSION
-    binaries, plain = mc.read_wheel(_wheel(tmp_path / "pkg-1.0-py3-none-any.whl"), tool, tmp_path)
-    assert plain == ["pkg/_host.so"]
-    assert [(b.member, b.sass, b.ptx, b.embedded) for b in binaries] == [
-        ("pkg/_kernels.so", (), ("compute_52", "compute_70"), 1),  # .nv_fatbin: 7.0; outside it: 5.2
-        ("pkg/sm80.so", (), ("compute_80",), 0)]
-    assert [b.runs_on_sm70 for b in binaries] == [True, False]
+    binaries, plain, cubins = mc.read_wheel(_wheel(tmp_path / "pkg-1.0-py3-none-any.whl"), tool, tmp_path)
+    assert plain == ["pkg/_host.so"] and cubins == {}
+    assert [(b.member, b.sass, b.ptx, b.embedded, b.unreadable) for b in binaries] == [
+        ("pkg/_kernels.so", (), ("compute_52", "compute_70"), 1, 0),  # .nv_fatbin: 7.0; outside it: 5.2
+        ("pkg/sm80.so", (), ("compute_80",), 0, 0),
+        ("pkg/refused.so", ("sm_90",), ("compute_70",), 0, 1)]
+    assert [b.runs_on_sm70 for b in binaries] == [True, False, True]
 
 
 def test_check_lock_reads_each_wheel_once_per_sha256(tmp_path, monkeypatch):
@@ -163,6 +174,7 @@ def test_check_lock_reads_each_wheel_once_per_sha256(tmp_path, monkeypatch):
     check = mc.check_lock(lock, tmp_path / "cache", lambda l, py, dest: asked.append((l, py)) or [wheel])
     assert asked == [(lock, "3.12")]
     assert not check.ok and [b.member for b in check.failing] == ["pkg/sm80.so"]
+    assert len(check.binaries) == 3
     assert check.no_device_code == ("pkg-1.0-py3-none-any.whl:pkg/_host.so",)
     assert check.wheels == (WheelRead(wheel.name, mc.sha256_file(str(wheel)), 1),)
     monkeypatch.setattr(mc, "read_wheel", lambda *a: pytest.fail("read again"))
