@@ -161,7 +161,8 @@ def main() -> int:
                       f"{describe_failure(check)}")
                 return 1
             for b in check.limits:
-                print(f"{path.name}: LIMIT {b.wheel}: {b.member} has no code for sm_70: {b.limit(release.version)}")
+                print(f"{path.name}: LIMIT {b.wheel}: {b.member} has no code for sm_70, used for "
+                      f"{b.limit(release.version).split(':')[0]} (the evidence says why)")
             n = len(re.findall(r"^[A-Za-z0-9_.-]+==", text, re.M))
             if args.check:
                 same = path.is_file() and path.read_text() == text

@@ -79,7 +79,11 @@ NOT_LAUNCHED_ON_VOLTA: dict[tuple[str, str], str] = {
         "supported on Hopper devices.')",
     ("xformers", "xformers/flash_attn_3/_C.so"):
         "xformers' FlashAttention 3 operator needs compute capability 8.0: xformers/ops/fmha/flash3.py "
-        "CUDA_MINIMUM_COMPUTE_CAPABILITY = (8, 0), checked by xformers' dispatcher (fmha/common.py)",
+        "CUDA_MINIMUM_COMPUTE_CAPABILITY = (8, 0) in 0.0.32.post1, checked by xformers' dispatcher (fmha/common.py)",
+    ("xformers", "xformers/_C_flashattention3.so"):
+        "xformers' FlashAttention 3 operator (its older file name) needs compute capability 9.0: "
+        "xformers/ops/fmha/flash3.py CUDA_MINIMUM_COMPUTE_CAPABILITY = (9, 0) in 0.0.29.post2, checked by "
+        "xformers' dispatcher (fmha/common.py)",
     ("nvidia-cufft-cu12", "nvidia/cufft/lib/libcufftw.so.*"):
         "the FFTW interface of cuFFT: no torch or vLLM binary links it (torch/lib/libtorch_cuda.so needs "
         "libcufft.so.11 only: `readelf -d`); its .nv_fatbin is one sm_52 stub, as in libcufft.so.11",
