@@ -264,3 +264,15 @@ def test_failing_release_is_caught():
     failing = {b.member for b in check.failing}
     assert "torch/lib/libtorch_cuda.so" in failing and "vllm/_C.abi3.so" in failing
     assert all(not b.runs_on_sm70 for b in check.failing)
+
+
+@pytest.mark.parametrize("lock,sass,ptx", [
+    # each wheel's own xformers/cpp_lib.json: 0.0.29.post2 TORCH_CUDA_ARCH_LIST "6.0+PTX 7.0 7.5 8.0+PTX 9.0a",
+    # 0.0.32.post1 "7.5 8.0+PTX 9.0a" (a "+PTX" architecture also keeps its PTX)
+    ("vllm-0.8.5.post1-py3.12.txt", ("sm_60", "sm_70", "sm_75", "sm_80", "sm_90a"), ("compute_60", "compute_80")),
+    ("vllm-0.10.2-py3.12.txt", ("sm_75", "sm_80", "sm_90a"), ("compute_80",)),
+])
+def test_committed_evidence_of_xformers_matches_its_build_record(lock, sass, ptx):
+    check = mc.read_evidence(mc.evidence_path(VLLM_RELEASES[lock.split("-")[1]].lock_file(lock[-8:-4])))
+    (xformers,) = [b for b in check.binaries if b.member == "xformers/_C.so"]
+    assert (xformers.sass, xformers.ptx) == (sass, ptx)
