@@ -149,8 +149,8 @@ class CudaBinary:
     #: fatbins found outside the ELF's .nv_fatbin section and read as well (a library that loads its own kernels,
     #: such as cuFFT, whose .nv_fatbin holds one sm_52 stub): 0 for most binaries
     embedded: int = 0
-    #: fatbin entries cuobjdump refused ("Invalid ELF": cuBLAS 12.4 holds one such sm_90 cubin); their architecture
-    #: is taken from the entry's own header instead (_entry_archs). 0 for most binaries
+    #: entries of fatbins that cuobjdump refused ("Invalid ELF": cuBLAS 12.4.5.8 has 3 in libcublas.so.12, 57 in
+    #: libcublasLt.so.12), their architectures taken from the entry headers instead (_entry_archs). 0 for most
     unreadable: int = 0
 
     def runs_on(self, capability: tuple[int, int]) -> bool:

@@ -249,6 +249,7 @@ def test_committed_evidence_covers_exactly_the_locks_wheels_and_passes(release, 
         seen[name] = w.name
     assert set(seen) == set(pins), "one wheel per pin of the lock, no more"
     assert check.ok and data["ok"] is True and data["failing"] == []
+    assert mc.render_evidence(check) == mc.evidence_path(lock).read_text(), "as tools/lock_vllm.py writes it"
     members = {b.member for b in check.binaries}
     assert {"torch/lib/libtorch_cuda.so", "vllm/_C.abi3.so"} <= members
     torch = next(b for b in check.binaries if b.member == "torch/lib/libtorch_cuda.so")
@@ -276,3 +277,19 @@ def test_committed_evidence_of_xformers_matches_its_build_record(lock, sass, ptx
     check = mc.read_evidence(mc.evidence_path(VLLM_RELEASES[lock.split("-")[1]].lock_file(lock[-8:-4])))
     (xformers,) = [b for b in check.binaries if b.member == "xformers/_C.so"]
     assert (xformers.sass, xformers.ptx) == (sass, ptx)
+
+
+def test_sm70_table_prints_each_binary_with_its_verdict():
+    from tools.lock_vllm import describe_failure, sm70_table  # noqa: PLC0415 (the tool is not a package module)
+
+    failing = mc.read_evidence(DATA / "vllm-0.21.0-py3.12.sm70.json")
+    passing = mc.read_evidence(mc.evidence_path(VLLM_RELEASES["0.10.2"].lock_file("3.12")))
+    lines = sm70_table([passing, failing]).splitlines()
+    assert lines[0].startswith("vllm-0.10.2-py3.12.txt: ok (38 binaries")
+    row = {line.split()[1]: line for line in lines if line.startswith("  ") and "standalone" not in line}
+    assert row["xformers/_C.so"].split()[2] == "LIMIT" and "SASS sm_75 sm_80 sm_90a  PTX compute_80" in row["xformers/_C.so"]
+    assert "vllm-0.21.0-py3.12.txt: FAILS" in "\n".join(lines)
+    torch = [line for line in lines if "torch/lib/libtorch_cuda.so" in line]
+    assert torch[0].split()[2] == "runs" and torch[1].split()[2] == "FAILS"
+    assert "flashinfer_cubin-0.6.8.post1-py3-none-any.whl: 10560 standalone cubins" in "\n".join(lines)
+    assert "torch/lib/libtorch_cuda.so: SASS sm_75 sm_80" in describe_failure(failing)
