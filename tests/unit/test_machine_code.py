@@ -293,3 +293,25 @@ def test_sm70_table_prints_each_binary_with_its_verdict():
     assert torch[0].split()[2] == "runs" and torch[1].split()[2] == "FAILS"
     assert "flashinfer_cubin-0.6.8.post1-py3-none-any.whl: 10560 standalone cubins" in "\n".join(lines)
     assert "torch/lib/libtorch_cuda.so: SASS sm_75 sm_80" in describe_failure(failing)
+
+
+def test_lock_vllm_refuses_a_lock_whose_binaries_lack_sm70_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import roles.vllm.versions as versions  # noqa: PLC0415
+    import tools.lock_vllm as tool  # noqa: PLC0415 (the tool is not a package module)
+
+    release = versions.VllmRelease("0.21.0", "2.11.0", "13.0", "V1", ("3.12",), "2026-05-16")
+    monkeypatch.setattr(versions, "LOCK_DIR", tmp_path)
+    monkeypatch.setattr(tool, "LOCK_DIR", tmp_path)
+    monkeypatch.setattr(tool, "VLLM_RELEASES", {"0.21.0": release})
+    monkeypatch.setattr(tool, "TORCH_SM70", {("2.11", "12.6"): True})
+    monkeypatch.setattr(tool.subprocess, "run", lambda *a, **k: type("R", (), {"stdout": f"uv {tool.UV_VERSION}"}))
+    monkeypatch.setattr(tool, "compile_lock", lambda r, py: "torch==2.11.0\nnvidia-cuda-runtime-cu12==12.6.77\n")
+    failing = mc.read_evidence(DATA / "vllm-0.21.0-py3.12.sm70.json")
+    seen = []
+    monkeypatch.setattr(tool, "machine_code", lambda lock, cache: seen.append(lock.read_text()) or failing)
+    monkeypatch.setattr(tool.sys, "argv", ["lock_vllm.py", "--wheel-cache", str(tmp_path / "cache")])
+    assert tool.main() == 1
+    out = capsys.readouterr().out
+    assert "vllm-0.21.0-py3.12.txt: refused, binaries without sm_70" in out and "torch/lib/libtorch_cuda.so" in out
+    assert seen == ["torch==2.11.0\nnvidia-cuda-runtime-cu12==12.6.77\n"], "the fresh lock is what was checked"
+    assert list(tmp_path.iterdir()) == [], "neither the lock nor its evidence is written"
