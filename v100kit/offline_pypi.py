@@ -39,9 +39,19 @@ from packaging.version import InvalidVersion, Version
 
 from roles.engines import sha256_file, url_file_name
 
-#: The newest glibc a chosen wheel may need: the locks are resolved for x86_64-manylinux_2_28 (tools/lock_vllm.py),
-#: so every locked package has a wheel at or below it.
+#: The newest glibc a chosen wheel may need, where a lock does not say: the locks are resolved for their release's
+#: platform (roles/vllm/versions.py VllmRelease.platform, x86_64-manylinux_2_28 unless the vLLM wheel needs newer),
+#: which each lock's first line names (lock_glibc), so every locked package has a wheel at or below it.
 MANYLINUX_GLIBC = (2, 28)
+_LOCK_PLATFORM = re.compile(r"x86_64[ -]manylinux_(\d+)_(\d+)")
+
+
+def lock_glibc(lock: Path) -> tuple[int, int]:
+    """(major, minor) of the manylinux glibc a lock was resolved for, from its first line ("# vLLM 0.19.1 for Python
+    3.10, x86_64 manylinux_2_31, ...", written by tools/lock_vllm.py), else MANYLINUX_GLIBC. Raises OSError."""
+    with Path(lock).open() as f:
+        m = _LOCK_PLATFORM.search(f.readline())
+    return (int(m.group(1)), int(m.group(2))) if m else MANYLINUX_GLIBC
 #: Transient failures (HTTP 408, 429, 5xx, connection errors, timeouts) are retried RETRIES times, RETRY_DELAY_S
 #: seconds apart: RETRIES + 1 attempts in all.
 RETRIES = 5
@@ -177,15 +187,15 @@ def _python_version(python: str) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=None)
-def _supported_tags(python: str) -> dict[Tag, int]:
-    """Tag -> preference (0 best) for CPython `python` on manylinux x86_64 up to MANYLINUX_GLIBC, the order in which
+def _supported_tags(python: str, glibc: tuple[int, int] = MANYLINUX_GLIBC) -> dict[Tag, int]:
+    """Tag -> preference (0 best) for CPython `python` on manylinux x86_64 up to glibc, the order in which
     pip and uv prefer them (packaging.tags): cpXY-cpXY, abi3, none, then pure-Python tags."""
     version = _python_version(python)
     interpreter = f"cp{version[0]}{version[1]}"
     platforms = []
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}  # PEP 599/571/513 aliases
-    for minor in range(MANYLINUX_GLIBC[1], 4, -1):  # newest glibc first: the best-optimized build wins
-        platforms.append(f"manylinux_{MANYLINUX_GLIBC[0]}_{minor}_x86_64")
+    for minor in range(glibc[1], 4, -1):  # newest glibc first: the best-optimized build wins
+        platforms.append(f"manylinux_{glibc[0]}_{minor}_x86_64")
         if minor in legacy:
             platforms.append(f"{legacy[minor]}_x86_64")
     # the ABI given explicitly: the default reads the running interpreter's build (debug, free-threaded)
@@ -196,11 +206,11 @@ def _supported_tags(python: str) -> dict[Tag, int]:
     return ranks
 
 
-def wheel_rank(filename: str, python: str) -> int | None:
+def wheel_rank(filename: str, python: str, glibc: tuple[int, int] = MANYLINUX_GLIBC) -> int | None:
     """How much a host with CPython `python` ("3.11") on x86_64 (glibc >= 2.28) prefers this wheel: 0 is best,
     larger is worse; None if it does not install there (another Python or ABI, musllinux, aarch64, a manylinux
-    newer than MANYLINUX_GLIBC) or if `filename` is not a wheel's name. Raises ValueError for a bad `python`."""
-    ranks = _supported_tags(python)
+    newer than `glibc`) or if `filename` is not a wheel's name. Raises ValueError for a bad `python`."""
+    ranks = _supported_tags(python, glibc)
     try:
         _, _, _, tags = parse_wheel_filename(filename)
     except InvalidWheelFilename:
@@ -385,7 +395,8 @@ def fill_wheels(lock: Path, python: str, dest: Path, index_url: str = "https://p
     rewritten); HashMismatch if the index lists a file under a lock hash but serves other bytes; FetchError (an
     OSError) if index_url fails.
     """
-    _supported_tags(python)  # a bad python fails before any work
+    glibc = lock_glibc(lock)  # the platform the lock was resolved for
+    _supported_tags(python, glibc)  # a bad python fails before any work
     requirements = [r for r in lock_requirements(lock) if _applies(r, python)]
     files = Path(dest) / "files"
     files.mkdir(parents=True, exist_ok=True)
@@ -394,14 +405,14 @@ def fill_wheels(lock: Path, python: str, dest: Path, index_url: str = "https://p
     missing: list[str] = []
     for req in requirements:
         local = [(rank, name) for name, sha in have.items()
-                 if sha in req.hashes and _wheel_of(name, req) and (rank := wheel_rank(name, python)) is not None]
+                 if sha in req.hashes and _wheel_of(name, req) and (rank := wheel_rank(name, python, glibc)) is not None]
         if local:
             chosen.append(files / min(local)[1])
             continue
         candidates = sorted(
             ((rank, f.sha256 is None, f.filename, f) for f in _project_files(index_url, req.name)
              if (f.sha256 is None or f.sha256 in req.hashes) and _wheel_of(f.filename, req)
-             and (rank := wheel_rank(f.filename, python)) is not None),
+             and (rank := wheel_rank(f.filename, python, glibc)) is not None),
             key=lambda c: c[:3])  # listed hashes first at equal rank: no download to find out
         got = None
         for _, _, filename, listed in candidates:
@@ -421,7 +432,7 @@ def fill_wheels(lock: Path, python: str, dest: Path, index_url: str = "https://p
     if missing:
         raise NoMatchingWheel(
             f"{', '.join(missing)}: no wheel on {index_url} whose sha256 is in {lock} and that installs on CPython "
-            f"{python} manylinux_2_{MANYLINUX_GLIBC[1]} x86_64. Fix: use the lock made for Python {python} "
+            f"{python} manylinux_{glibc[0]}_{glibc[1]} x86_64. Fix: use the lock made for Python {python} "
             "(tools/lock_vllm.py), or an index that serves PyPI's files for these versions")
     _write_index(Path(dest), have)
     return chosen

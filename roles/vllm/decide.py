@@ -132,6 +132,12 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
     elif method and method not in QUANT_MIN_CAPABILITY:
         problems.append(problem(f"{key}.model", f"quant_method {method}", "unknown to the toolkit's Volta table",
                                 "use an fp16 or GPTQ build, or add the method to QUANT_MIN_CAPABILITY with a source"))
+    if release.volta_vision and multimodal(config) and cc < (7, 5):  # Volta: that xformers' lowest SASS is sm_75
+        problems.append(problem(f"{key}.model", "a vision-language model (config.json vision_config)",
+                                f"vLLM {release.version} cannot run its vision encoder on compute capability {cc[0]}."
+                                f"{cc[1]}: {release.volta_vision}",
+                                "set vllm_version: 0.19.1 (its vision encoder runs TORCH_SDPA below 8.0: "
+                                "vllm/platforms/cuda.py get_vit_attn_backend) or 0.8.5.post1 (its xformers has sm_70)"))
     if inst.dtype == "bfloat16" and cc < BF16_MIN_CAPABILITY:
         problems.append(problem(f"{key}.dtype", "bfloat16", f"bf16 needs compute capability 8.0; this GPU has "
                                 f"{cc[0]}.{cc[1]} (vllm#946)", "set dtype: half (or auto, which is half here)"))

@@ -77,6 +77,10 @@ NOT_LAUNCHED_ON_VOLTA: dict[tuple[str, str], str] = {
     ("vllm", "vllm/_flashmla_C.abi3.so"):
         "FlashMLA is Hopper-only: vllm/attention/ops/flashmla.py is_flashmla_supported ('FlashMLA is only "
         "supported on Hopper devices.')",
+    ("vllm", "vllm/_flashmla_extension_C.abi3.so"):
+        "FlashMLA's fp8/sparse kernels (0.19.1) run on Hopper and Blackwell only: vllm/v1/attention/ops/flashmla.py "
+        "is_flashmla_dense_supported ('FlashMLA Dense is only supported on Hopper devices.', capability family 90) "
+        "and is_flashmla_sparse_supported (families 90 and 100)",
     ("xformers", "xformers/flash_attn_3/_C.so"):
         "xformers' FlashAttention 3 operator needs compute capability 8.0: xformers/ops/fmha/flash3.py "
         "CUDA_MINIMUM_COMPUTE_CAPABILITY = (8, 0) in 0.0.32.post1, checked by xformers' dispatcher (fmha/common.py)",

@@ -59,6 +59,9 @@ class VllmRelease:
     vision_args: tuple[str, ...] = ()
     start_timeout_s: int = 600
     sources: dict[str, str] = field(default_factory=dict)
+    #: why vision-language models cannot run on compute capability < 8.0 with this release (None: they can): the
+    #: machine code its vision encoder launches there lacks sm_70 (roles/vllm/machine_code.py VOLTA_LIMITS)
+    volta_vision: str | None = None
 
     def lock_file(self, python: str) -> Path:
         """files/vllm/vllm-<version>-py<python>.txt."""
@@ -95,6 +98,10 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         "0.10.2", "2.8.0", "12.8", "V1", ("3.10", "3.11", "3.12", "3.13"), "2025-09-30",
         environment={"VLLM_ATTENTION_BACKEND": "TRITON_ATTN_VLLM_V1"},
         attention_backend="TRITON_ATTN",
+        volta_vision=("below 8.0 its vision encoders run ViT attention through xformers (vllm/platforms/cuda.py "
+                      "get_vit_attn_backend: 'Fallback for Volta/Turing GPUs' -> XFORMERS), and its xformers "
+                      "0.0.32.post1 xformers/_C.so has no sm_70 code (built for '7.5 8.0+PTX 9.0a': files/vllm/"
+                      "vllm-0.10.2-py3.12.sm70.json, docs/vllm-sm70.md)"),
         head_sizes=HeadSizes((32, 64, 96, 128, 160, 192, 224, 256), source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.get_supported_head_sizes")),
         profile_tokens=2048,

@@ -132,3 +132,24 @@ def test_plan_0_19_1_renders_its_volta_flags_environment_and_lock(tmp_path):
         assert int(env["VLLM_ENGINE_READY_TIMEOUT_S"]) > 600 and "VLLM_USE_V1" not in env
         assert ("--skip-mm-profiling" in args) == (name == "vl")
         assert {a.split("=")[0].split(".")[0] for a in args if a.startswith("--")} <= flags
+
+
+def test_plan_vision_model_on_0_10_2_refused_on_volta_with_the_releases_that_run_it(tmp_path):
+    """vLLM 0.10.2 runs a vision encoder's attention through xformers below 8.0, and its xformers/_C.so holds SASS for
+    sm_75, sm_80 and sm_90a only (the committed cuobjdump evidence, files/vllm/vllm-0.10.2-py3.12.sm70.json, which
+    this test reads: an independent record of the wheel, not the decision's data): a vision-language model on a V100
+    is refused before any command; the same model on 0.19.1 plans, with --skip-mm-profiling."""
+    from lab.models import write_tiny_hf
+    evidence = json.loads((Path(__file__).resolve().parents[2] / "files/vllm/vllm-0.10.2-py3.12.sm70.json").read_text())
+    xformers = json.dumps(evidence)
+    assert "xformers/_C.so" in xformers and "sm_75" in xformers
+    vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
+    data = {"vllm_version": "0.10.2", "vllm_instances": {"vl": {"model_source": str(vision)}}}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, data, responses=TWO_V100)
+    text = str(e.value)
+    assert "vision-language model" in text and "xformers" in text and "vllm_version: 0.19.1" in text
+    text_only = {"vllm_version": "0.10.2", "vllm_instances": {"tiny": {"model_source": str(MODEL)}}}
+    assert any("systemctl start vllm@tiny" in str(c) for c in plan_commands(UBUNTU_2404, text_only, responses=TWO_V100))
+    data["vllm_version"] = "0.19.1"
+    assert any("systemctl start vllm@vl" in str(c) for c in plan_commands(UBUNTU_2404, data, responses=TWO_V100))

@@ -336,3 +336,20 @@ def test_fill_file_gives_up_after_the_retries_and_at_once_on_a_permanent_error(t
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError, match="64 hex"):
         fill_file("http://127.0.0.1/x.whl", "abc", tmp_path)
+
+
+def test_a_lock_resolved_for_manylinux_2_31_fills_wheels_that_need_glibc_2_31(tmp_path):
+    """vLLM 0.19.1's wheel is manylinux_2_31 (its name on PyPI: vllm-0.19.1-cp38-abi3-manylinux_2_31_x86_64.whl), so
+    its locks are resolved for that platform and say so in their first line; PEP 600: a manylinux_2_31 wheel needs
+    glibc 2.31 or newer, so it is not taken for a 2.28 lock and is for a 2.31 one."""
+    from v100kit.offline_pypi import lock_glibc
+    from roles.vllm.versions import VLLM_RELEASES
+    wheel = "vllm-0.19.1-cp38-abi3-manylinux_2_31_x86_64.whl"
+    assert wheel_rank(wheel, "3.12") is None
+    assert wheel_rank(wheel, "3.12", (2, 31)) is not None
+    assert wheel_rank("torch-2.10.0-cp312-cp312-manylinux_2_28_x86_64.whl", "3.12", (2, 31)) is not None
+    assert lock_glibc(VLLM_RELEASES["0.19.1"].lock_file("3.12")) == (2, 31)
+    assert lock_glibc(VLLM_RELEASES["0.10.2"].lock_file("3.12")) == (2, 28)
+    other = tmp_path / "lock.txt"
+    other.write_text("six==1.17.0\n")
+    assert lock_glibc(other) == (2, 28)  # a lock that does not say: the default
