@@ -48,7 +48,7 @@ from roles.vllm.release_source import SourceShapeError, derive  # noqa: E402
 from roles.vllm.versions import (DEFAULT_VERSION, LOCK_DIR, TORCH_SM70, VLLM_RELEASES, VllmRelease,  # noqa: E402
                                  release_data_file)
 from tools.llama_cpp_pin import normalise_url, sha256_of  # noqa: E402
-from tools.lock_vllm import compile_lock, torch_build  # noqa: E402
+from tools.lock_vllm import compile_lock, machine_code, torch_build  # noqa: E402
 
 PROJECT_JSON = "https://pypi.org/pypi/vllm/json"
 CACHE = Path("/var/cache/v100kit-dev/vllm-pin")
@@ -165,17 +165,10 @@ def survey(project: dict, since: str) -> list[dict]:
 # --- the sm_70 check ---------------------------------------------------------------------------------------------
 
 def sm70_check(lock: Path, cache: Path):
-    """roles/vllm/machine_code.py check_lock(lock, cache[, fetch]): imported here, lazily, so that the rest of the
-    tool works where that module is not (yet) present. Where check_lock takes a `fetch` (the wheels' downloader),
-    v100kit.offline_pypi.fill_wheels is passed, as tools/lock_vllm.py does. Returns its LockCheck (.ok, .failing,
-    .binaries). Raises ImportError without the module."""
-    import inspect  # noqa: PLC0415
-
-    from roles.vllm import machine_code  # noqa: PLC0415 (lazy on purpose)
-    if "fetch" in inspect.signature(machine_code.check_lock).parameters:
-        from v100kit.offline_pypi import fill_wheels  # noqa: PLC0415
-        return machine_code.check_lock(lock, cache, fill_wheels)
-    return machine_code.check_lock(lock, cache)
+    """The sm_70 check of one lock (roles/vllm/machine_code.py check_lock, its wheels fetched with
+    v100kit.offline_pypi.fill_wheels, as tools/lock_vllm.py runs it): its LockCheck (.ok, .failing, .binaries).
+    Raises MachineCodeError when cuobjdump is missing or fails."""
+    return machine_code(lock, cache)
 
 
 def failing_names(check) -> list[str]:
@@ -341,13 +334,7 @@ def pin(version: str, exclude_newer: str | None, static: bool, cache: Path, chec
             data["refused"].append(f"py{python}: torch {torch} cu{cuda.replace('.', '')} has no sm_70 kernels")
             if not check_refused:
                 continue
-        try:
-            check = sm70_check(lock, cache / "wheels")
-        except ImportError:
-            entry["sm70"] = "not checked: roles/vllm/machine_code.py is not in this tree"
-            data["refused"].append(f"py{python}: {entry['sm70']}")
-            print(f"  py{python}: {entry['sm70']}")
-            continue
+        check = sm70_check(lock, cache / "wheels")
         entry["sm70"] = {"ok": check.ok, "binaries": len(check.binaries), "failing": failing_names(check)}
         print(f"  py{python}: sm_70 check of {len(check.binaries)} CUDA binaries: "
               + ("every one has sm_70 SASS or PTX <= compute_70" if check.ok else

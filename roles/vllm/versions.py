@@ -154,7 +154,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
 #: (their Triton kernels read every fp8 cache as e4m3). What it cannot: Python 3.13 (Debian 13: refused, the fix
 #: names the newest release with a py3.13 lock) and architectures newer than its model registry; 0.19.1 takes any
 #: head size from 32 and newer models, at V1's speed, and its sm_70 verdict waits on machine_code's list of binaries
-#: never launched on 7.0 (files/vllm/0.19.1.json "sm70"). So V0's tensor-core speed wins as the default; 0.19.1 is
+#: never launched on 7.0 (files/vllm/vllm-0.19.1-py3.*.sm70.json: every lock passes). So V0's tensor-core speed wins as the default; 0.19.1 is
 #: the choice for newer models and Python 3.13.
 DEFAULT_VERSION = "0.8.5.post1"
 

@@ -17,7 +17,7 @@ from roles.vllm.versions import VLLM_RELEASES
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from v100kit.offline_pypi import lock_requirements, wheel_rank
+from v100kit.offline_pypi import lock_glibc, lock_requirements, wheel_rank
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sm70"
 
@@ -245,7 +245,7 @@ def test_committed_evidence_covers_exactly_the_locks_wheels_and_passes(release, 
         name, version, _, _ = parse_wheel_filename(w.name)
         assert Version(pins[name].version) == version, w.name
         assert w.sha256 in pins[name].hashes, f"{w.name}: a file the lock does not allow"
-        assert wheel_rank(w.name, python) is not None, f"{w.name} does not install on CPython {python}"
+        assert wheel_rank(w.name, python, lock_glibc(lock)) is not None, f"{w.name} does not install on CPython {python}"
         seen[name] = w.name
     assert set(seen) == set(pins), "one wheel per pin of the lock, no more"
     assert check.ok and data["ok"] is True and data["failing"] == []
