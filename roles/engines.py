@@ -138,9 +138,13 @@ def gpu_memory_mib(settings: Settings, gpus: list[GpuInfo]) -> int:
 def outside_use(gpu: GpuInfo) -> tuple[int, list[GpuProcess]]:
     """(MiB of `gpu` in use by processes v100kit does not manage, those of its listed processes): nvidia-smi's
     memory.used less what the processes of v100kit's own units (OWN_UNIT: what a re-deploy replaces) hold. Memory no
-    listed process accounts for (a process of another container, invisible here) counts as outside too. Where
-    memory.used or an own process's figure is "[N/A]", the other processes' own figures. Never raises."""
+    listed process accounts for (a process of another container, invisible here) counts as outside too, where
+    nvidia-smi lists any process on the GPU; where it lists none (inside a container every process is hidden, the
+    toolkit's own included) nothing is counted: 0. Where memory.used or an own process's figure is "[N/A]", the
+    other processes' own figures. Never raises."""
     procs = gpu.get("processes", [])
+    if not procs:  # nvidia-smi lists no process: a container's PID namespace hides every one, ours included (a
+        return 0, []  # re-deploy there must not count its own running instance as another's); nothing to name
     own = [p for p in procs if OWN_UNIT.match(p["unit"])]
     others = [p for p in procs if not OWN_UNIT.match(p["unit"])]
     used = gpu.get("memory_used_mib")
@@ -191,6 +195,14 @@ def gpu_claims(llama_instances: list[tuple[str, list[int] | None, int | None]],
     return claims
 
 
+def setting_of(unit: str) -> str:
+    """The `gpus` setting of a unit: "llama-server@big" -> "llama_cpp_instances.big.gpus", "vllm@chat" ->
+    "vllm_instances.chat.gpus"; any other name as it is."""
+    engine, _, name = unit.partition("@")
+    key = {"llama-server": "llama_cpp_instances", "vllm": "vllm_instances"}.get(engine)
+    return f"{key}.{name}.gpus" if key and name else unit
+
+
 def gpu_sum_problems(claims: dict[int, list[tuple[str, int | None]]], memory: Mapping[int, int],
                      outside_words: Mapping[int, str] | None = None) -> list[str]:
     """One problem per GPU whose users together claim more than its memory (`memory`: {index: MiB}), within an
@@ -203,18 +215,22 @@ def gpu_sum_problems(claims: dict[int, list[tuple[str, int | None]]], memory: Ma
         units = [u for u, _ in users if u != OUTSIDE]
         if total <= memory.get(g, 0) * MIB or (len(units) < 2 and not any(u == OUTSIDE for u, _ in users)):
             continue
-        shown = {unit: f"{(b or 0) / MIB:.0f} MiB" for unit, b in users}
-        fixes = ["give the instances different GPUs (gpus: [...] on each)", "shorten a llama-server context or set "
-                 "fewer slots (parallel)", "lower a vLLM instance's gpu_memory_utilization"]
+        shown = ", ".join(f"{unit} {(b or 0) / MIB:.0f} MiB" for unit, b in users)
+        keys = ", ".join(setting_of(u) for u in units)
+        fixes = ["give the instances different GPUs (gpus: [...] on each)"]
+        if any(u.startswith("llama-server@") for u in units):
+            fixes.append("shorten a llama-server context or set fewer slots (parallel)")
+        if any(u.startswith("vllm@") for u in units):
+            fixes.append("lower a vLLM instance's gpu_memory_utilization")
         if any(u == OUTSIDE for u, _ in users):
             fixes.append("stop the processes outside v100kit, or set allow_gpu_in_use: true on every instance of "
                          "this GPU where they will have stopped before it starts")
         why = (f"{' and '.join(units)} claim{'s' if len(units) == 1 else ''} {total / MIB:.0f} MiB of GPU {g}'s "
-               f"{memory.get(g, 0)} MiB" + (" together" if len(units) > 1 else "")
+               f"{memory.get(g, 0)} MiB" + (" together" if len(units) > 1 else "") + f" ({shown})"
                + (f" with {outside_words[g]}" if outside_words and outside_words.get(g) else "")
                + " (llama-server's planned total, vLLM's gpu_memory_utilization share with its CUDA context and graphs"
                " outside it): the last to start runs out of memory")
-        problems.append(problem("gpus", shown, why, "; or ".join(fixes)))
+        problems.append(problem(keys, f"GPU {g}", why, "; or ".join(fixes)))
     return problems
 
 

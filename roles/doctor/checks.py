@@ -337,7 +337,10 @@ def gpu_memory_outside(f: DoctorFacts) -> list[Row]:
         check = f"GPU {g['index']} memory used by processes outside v100kit"
         mib, procs = outside_use(g)
         if mib <= IDLE_USED_MIB:
-            rows.append(ok(check, f"{mib} MiB"))
+            unknown = g.get("memory_used_mib") is None or not g.get("processes")
+            rows.append(ok(check, f"{mib} MiB" + (" (memory used or its processes not shown by nvidia-smi here: "
+                                                  "unknown beyond the processes it lists)" if unknown and
+                                                  g.get("memory_used_mib") != 0 else "")))
             continue
         pids = " ".join(str(p["pid"]) for p in procs)
         rows.append(broken(check, describe_outside(g), (f"stop them if they are not wanted (kill {pids}), " if pids

@@ -86,7 +86,9 @@ def gpus_from_smi(gpu_rows: list[str], app_rows: list[str], units: dict[int, str
     gpus: list[GpuInfo] = []
     for row in csv.reader(gpu_rows, skipinitialspace=True):
         f = [x.strip() for x in row]
-        if len(f) != len(GPU_FIELDS) or not f[0].isdigit() or _mib(f[4]) is None:
+        # a row without a compute capability ("[N/A]": an old driver, a GPU fallen off the bus) is left out: every
+        # decision needs it; without any row the settings' gpu_compute_capability stands in (roles/engines.py)
+        if len(f) != len(GPU_FIELDS) or not f[0].isdigit() or _mib(f[4]) is None or not re.fullmatch(r"\d+\.\d+", f[3]):
             continue
         gpus.append(GpuInfo(index=int(f[0]), uuid=f[1], name=f[2], compute_cap=f[3], memory_mib=_mib(f[4]) or 0,
                             memory_used_mib=_mib(f[5]), memory_free_mib=_mib(f[6]),

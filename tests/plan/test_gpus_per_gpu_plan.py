@@ -162,6 +162,9 @@ def test_two_llama_servers_that_overfill_one_gpu_together_are_refused_naming_bot
     msg = str(e.value)
     assert re.search(r"llama-server@a and llama-server@b claim \d+ MiB of GPU 0's 16160 MiB together", msg), msg
     assert "gpus: [...]" in msg and "shorten a llama-server context" in msg
+    # the settings to change are named, and no fix for an engine that is not on the GPU
+    assert "llama_cpp_instances.a.gpus, llama_cpp_instances.b.gpus = 'GPU 0'" in msg, msg
+    assert "lower a vLLM instance" not in msg
 
 
 def test_two_llama_servers_that_fit_together_are_planned_each_at_its_own_size(model):

@@ -136,3 +136,22 @@ def test_the_fact_reads_its_three_sections():
 ])
 def test_no_gpu_no_rows(output):
     assert NvidiaGpus().process(output) == []
+
+
+def test_a_gpu_without_a_compute_capability_is_left_out_not_a_crash():
+    # nvidia-smi prints "[N/A]" for a field the driver cannot fill (the captures' WDDM rows above); a GPU whose
+    # compute_cap reads so cannot be planned for, so it is left out and the settings' capability stands in
+    gpus = gpus_from_smi(["0, GPU-aaaa, Tesla V100-SXM2-32GB, [N/A], 32510, 0, 32510, Enabled, 580.95.05",
+                          "1, GPU-bbbb, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 580.95.05"], [])
+    assert [g["index"] for g in gpus] == [1]
+
+
+def test_inside_a_container_memory_no_listed_process_holds_is_not_called_outside():
+    # inside a container nvidia-smi lists no process at all (its PID namespace hides them, the toolkit's own
+    # llama-server included), while memory.used counts them: nothing there can be called "outside v100kit"
+    (g,) = gpus_from_smi(["0, GPU-aaaa, Tesla V100-SXM2-32GB, 7.0, 32510, 20000, 12510, Enabled, 580.95.05"], [])
+    assert outside_use(g) == (0, []) and describe_outside(g) == ""
+    # on the host itself the same memory with a foreign process listed is outside
+    (h,) = gpus_from_smi(["0, GPU-aaaa, Tesla V100-SXM2-32GB, 7.0, 32510, 20000, 12510, Enabled, 580.95.05"],
+                         ["GPU-aaaa, 4242, 20000, python"])
+    assert outside_use(h)[0] == 20000
