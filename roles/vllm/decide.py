@@ -169,7 +169,7 @@ def head_size_problems(key: str, hf: planner.HfModel, rel: VllmRelease) -> list[
            f" accepts it), or serve a GGUF of the model with llama.cpp" if fits else
            "serve a GGUF of the model with llama.cpp (no vLLM release the toolkit supports takes it on Volta)")
     return [problem(f"{key}.model", f"head size {hf.head_dim}", f"vLLM {rel.version}'s {rel.attention_backend} "
-                    f"attention backend (the one it runs on Volta) accepts head sizes {sizes.describe()} "
+                    f"attention backend (the one the toolkit runs it with: roles/vllm/versions.py) accepts head sizes {sizes.describe()} "
                     f"({sizes.source})", fix)]
 
 
