@@ -16,7 +16,7 @@ from roles.llama_cpp.versions import DEFAULT_SOURCE, SOURCES, pin_file
 
 SHA = {"0.3.16": "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6",  # PyPI, issue 18 / brief
        "0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
-PLACES = (Path("/work/llsrc"), Path("/var/cache/v100kit-lab/src"), Path("/var/cache/v100kit-dev"))
+PLACES = (Path("/work/llsrc"), Path("/var/cache/v100kit-lab/src"))
 
 
 def archive(version: str) -> Path:
