@@ -56,7 +56,9 @@ def as_dict(rows: list[Row]) -> list[dict]:
 
 def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
     """All checks for one host, in a fixed order: driver packages, kernels, nouveau, upgrade protection, GPU health,
-    toolkits and service binaries."""
+    hardware health (health.py), toolkits and service binaries."""
+    from roles.doctor.health import hardware_rows  # health.py builds its rows with this module's Row
+
     pin, pkgs = plan.driver.pin, f.driver_packages
     return [
         driver_packages_pinned(pkgs, pin), other_branches(pkgs, pin), one_version(pkgs),
@@ -65,6 +67,7 @@ def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
         nouveau_not_loaded(f), nouveau_blacklisted(f), blacklist_in_initramfs(f.initramfs_lacking),
         driver_held(f, pin), sources_of_managed_repositories(f, plan), swapfile(f, plan), unattended_upgrades(f.unattended_open),
         runfile(f.runfile_markers, pin), persistenced(f), persistence_mode(f), *gpu_memory_outside(f), serious_xids(f),
+        *hardware_rows(f.hardware, bool(f.gpus)),
         *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
         *llama_cpp_build(f.llama_cpp_current, plan), *llama_servers_on_gpu(f, plan), *vllm_venv(f, plan),
         *ray_node(f, plan),

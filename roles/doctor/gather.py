@@ -14,6 +14,7 @@ from roles.llama_cpp.facts import ServerEvidence
 from roles.vllm import decide as vllm
 from roles.doctor.facts import (DpkgAudit, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion, PendingUpgrades,
                                 RunfileMarkers, UnattendedNotBlocked, XidEvent)
+from roles.doctor.hardware import GpuHardware, GpuHealth
 from roles.base.facts import AptSourceEntries, SourceEntry
 from roles.facts import AptHolds, HostTraits, PackageInstalled, Traits
 from roles.nvidia_driver.decide import BLACKLIST
@@ -61,6 +62,8 @@ class DoctorFacts:
     #: (RayAliveNodes; None: Ray could not be asked); both None without a cluster
     ray_unit_active: bool | None = None
     ray_alive: list[str] | None = None
+    #: each GPU's hardware health (GpuHardware: nvidia-smi -q and nvlink -s), read only where a GPU is visible
+    hardware: list[GpuHealth] = field(default_factory=list)
 
 
 def gather(host: Host, plan: HostPlan) -> DoctorFacts:
@@ -101,6 +104,7 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
         ray_unit_active=host.get_fact(SystemdStatus).get(f"{plan.ray.unit}.service") if plan.ray else None,
         ray_alive=host.get_fact(RayAliveNodes, python=f"{vllm.CURRENT}/bin/python", gcs_address=plan.ray.gcs_address,
                                 user=plan.settings.base_service_user) if plan.ray and plan.ray.head_address else None,
+        hardware=host.get_fact(GpuHardware) if gpus else [],
     )
 
 

@@ -50,3 +50,26 @@ def test_doctor_flags_llama_server_serving_from_the_cpu():
 def test_doctor_skips_the_llama_server_row_without_gpu_saying_why():
     row = doctor_rows(UBUNTU_2204, LLAMA)["llama-server@tiny serves from the GPU"]
     assert row.state == "skipped" and "no GPU visible" in row.evidence
+
+
+def test_doctor_hardware_rows_from_a_v100_hosts_nvidia_smi():
+    """The hardware rows through the doctor's own gathering: the fake host answers the GpuHardware fact with the
+    real idle V100-SXM2 log (PCIe x2 of x16) and the Azure report's NVLink status (links 3 and 5 inactive,
+    renumbered to GPU 0)."""
+    from tests.unit.test_doctor_hardware import NVLINK_DOWN, SXM2_Q
+
+    out = (SXM2_Q + "\n#nvlink\n" + NVLINK_DOWN.replace("GPU 3:", "GPU 0:")).splitlines()
+    rows = doctor_rows(UBUNTU_2204, responses={**GPU_RESPONSES, "echo '#nvlink'": out})
+    assert rows["GPU PCIe link at the card's maximum"].state == "broken"
+    assert "x2 of x16" in rows["GPU PCIe link at the card's maximum"].evidence
+    assert rows["GPU NVLink links up"].state == "broken" and "3, 5" in rows["GPU NVLink links up"].evidence
+    for check in ("GPU ECC on, no uncorrected errors", "GPU memory: no retired or pending pages",
+                  "GPU clocks not throttled by a fault", "GPU temperature below the slowdown threshold"):
+        assert rows[check].state == "ok", rows[check]
+
+
+def test_doctor_hardware_rows_skip_without_gpu():
+    rows = doctor_rows(UBUNTU_2204)
+    for check in ("GPU PCIe link at the card's maximum", "GPU NVLink links up", "GPU temperature below the "
+                  "slowdown threshold"):
+        assert rows[check].state == "skipped" and "no GPU visible" in rows[check].evidence

@@ -11,10 +11,12 @@ import pytest
 from roles.cuda.versions import Toolkit
 from roles.doctor import checks
 from roles.doctor.gather import DoctorFacts
+from roles.doctor.hardware import gpu_health
 from roles.nvidia_driver.decide import BLACKLIST, DriverPlan
 from roles.nvidia_driver.versions import DriverPin
 from roles.platform import SUPPORTED
 from roles.settings import load_settings
+from tests.unit.test_doctor_hardware import section
 
 PIN = DriverPin("580.95.05", {"cuda-drivers-580": "580.95.05-1", "nvidia-dkms-580": "580.95.05-1"}, "nvidia")
 TK = Toolkit("12.4", "nvidia", {"cuda-toolkit-12-4": "12.4.1-1"}, "/usr/local/cuda-12.4/bin/nvcc",
@@ -37,7 +39,8 @@ HEALTHY = DoctorFacts(
     runfile_markers=[], gpus=[{"index": 0, "name": "Tesla V100", "compute_cap": "7.0", "memory_mib": 16160,
                                "persistence_mode": True, "driver_version": "580.95.05"}],
     persistenced_enabled=True, persistenced_active=True, xids=[], nvcc_releases={"12.4": "12.4"},
-    llama_cpp_current="/opt/llama.cpp/b1", vllm_current="/v/0.9", vllm_stamped=True)
+    llama_cpp_current="/opt/llama.cpp/b1", vllm_current="/v/0.9", vllm_stamped=True,
+    hardware=gpu_health(section("v100-pcie-32gb-q")))  # a real V100's nvidia-smi -q (tests/data/nvidia_smi_v100.txt)
 
 
 def rows(**changes) -> dict[str, checks.Row]:
@@ -46,7 +49,7 @@ def rows(**changes) -> dict[str, checks.Row]:
 
 def test_healthy_host_is_all_ok():
     got = rows()
-    assert len(got) == 25 and {r.state for r in got.values()} == {"ok"}, got
+    assert len(got) == 31 and {r.state for r in got.values()} == {"ok"}, got
 
 
 OTHER = {"version": "535.274.02-1", "source": "nvidia-graphics-drivers-535", "status": "ii"}
@@ -80,6 +83,8 @@ OTHER = {"version": "535.274.02-1", "source": "nvidia-graphics-drivers-535", "st
     ({"xids": [{"pci": "0000:3b:00", "xid": 79, "text": "GPU has fallen off the bus."}]},
      "no serious Xid errors this boot", "broken"),
     ({"gpus": []}, "no serious Xid errors this boot", "skipped"),
+    ({"gpus": []}, "GPU PCIe link at the card's maximum", "skipped"),
+    ({"hardware": []}, "GPU temperature below the slowdown threshold", "skipped"),
     ({"nvcc_releases": {"12.4": None}}, "CUDA 12.4 nvcc", "broken"),
     ({"llama_cpp_current": "/opt/llama.cpp/b0"}, "llama.cpp build in use", "broken"),
     ({"vllm_stamped": False}, "vLLM venv in use", "broken"),
