@@ -10,6 +10,7 @@ from pyinfra import host
 
 from roles.base.deploy import base
 from roles.cuda.deploy import cuda
+from roles.gpu_policy.deploy import gpu_policy
 from roles.llama_cpp.deploy import llama_cpp
 from roles.nvidia_driver.deploy import nvidia_driver
 from roles.preflight import preflight
@@ -27,6 +28,7 @@ plan = preflight(host)
 base(plan.settings, plan.platform)                         # apt sources + components, packages, service user
 tuning(plan.settings)                                      # sysctl.d, swapfile, THP at boot, open-file limits
 nvidia_driver(plan.settings, plan.driver)                  # pinned + held driver, DKMS, nouveau blacklist
+gpu_policy(plan.settings, plan.gpu_policy)                 # power limit, clocks, compute and ECC mode at boot
 cuda(plan.settings, plan.platform, plan.toolkits)          # CUDA toolkits that can build sm_70
 llama_cpp(plan.settings, plan.llama_cpp)                   # llama.cpp for sm_70 + llama-server@NAME units
 venv = vllm_venv(plan.settings, plan.vllm)                 # hash-locked vLLM venv (Ray runs from it too)

@@ -16,6 +16,8 @@ from roles import hub
 from roles.base import decide as base
 from roles.cuda import decide as cuda
 from roles.cuda.versions import Toolkit
+from roles.gpu_policy import decide as gpu_policy
+from roles.gpu_policy.facts import GpuPolicyCards
 from roles.engines import (describe_outside, gpu_claims, gpu_count, gpu_sum_problems, host_gpus, outside_use,
                            usable_mib)
 from roles.llama_cpp import decide as llama_cpp
@@ -73,6 +75,8 @@ class HostPlan:
     gpu_claims: dict = field(default_factory=dict)
     ray: ray.RayPlan | None = None  # None: not a node of a Ray cluster
     gpus: list = field(default_factory=list)  # the NvidiaGpus fact: per GPU its memory and processes
+    #: the GPU policy (power limit, application clocks, compute mode, ECC); None: none set, or no GPU visible
+    gpu_policy: gpu_policy.GpuPolicyPlan | None = None
 
 
 def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> HostPlan:
@@ -129,6 +133,9 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     problems += more
     for line in (w for i in (served.instances if served else ()) for w in i.warnings):
         logger.warning(f"[{host.name}] vllm: {line}")
+    policy, more = gpu_policy.plan(settings, host.get_fact(GpuPolicyCards) if gpu_policy.wanted(settings) and gpus
+                                   else [])
+    problems += more
     claims = gpu_claims_of(settings, gpus, llama, served)
     problems += gpu_sum_problems(claims, {g["index"]: usable_mib(g) for g in host_gpus(settings, gpus)},
                                  {g["index"]: describe_outside(g) for g in gpus})
@@ -136,7 +143,8 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
         raise SettingsError(host.name, problems)
     for line in filter(None, (describe_outside(g) for g in gpus)):
         logger.warning(f"[{host.name}] {line}")
-    return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster, gpus=gpus)
+    return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster, gpus=gpus,
+                    gpu_policy=policy)
 
 
 def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> list[ray.Node]:

@@ -289,6 +289,25 @@ class Settings(BaseModel):
     nvidia_driver_reboot: bool = Field(
         False, description="reboot when the running module must change (else the deploy says a reboot is due)")
 
+    # -- gpu_policy -------------------------------------------------------------------------------------
+    gpu_policy_power_limit_w: float | None = Field(
+        None, gt=0, le=2000, description="power limit of every GPU in W (nvidia-smi -pl), set at each boot; checked "
+                                         "against each card's Min..Max Power Limit (V100 PCIe 100..250, SXM2 "
+                                         "150..300); None: leave the card's")
+    gpu_policy_application_clocks: str | None = Field(
+        None, pattern=r"^\d{2,5},\d{2,5}$", description="application clocks 'MEMORY,GRAPHICS' in MHz (nvidia-smi "
+                                                        "-ac), set at each boot; must be a pair nvidia-smi -q -d "
+                                                        "SUPPORTED_CLOCKS lists (V100 PCIe: 877,1380 at most); "
+                                                        "None: leave the card's")
+    gpu_policy_compute_mode: Literal["DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED"] | None = Field(
+        None, description="compute mode (nvidia-smi -c), set at each boot; None: leave the card's")
+    gpu_policy_ecc: bool | None = Field(
+        None, description="ECC on or off (nvidia-smi -e); a change becomes current only at a reboot "
+                          "(gpu_policy_reboot); None: leave the card's")
+    gpu_policy_reboot: bool = Field(
+        False, description="reboot when the ECC mode must change (else the deploy sets it pending and says a reboot "
+                           "is due)")
+
     # -- cuda -------------------------------------------------------------------------------------------
     cuda_source: Literal["distro", "nvidia"] | None = Field(
         None, description="distro: nvidia-cuda-toolkit (Debian); nvidia: NVIDIA's repo; None: distro on Debian, "

@@ -17,6 +17,8 @@ from typing import TypedDict
 
 from pyinfra.api import FactBase
 
+from roles.smi_q import get as _get, gpu_blocks, number as _num
+
 
 class GpuHealth(TypedDict):
     """One GPU's health readings (None: nvidia-smi printed N/A, or the section is absent for this card/driver).
@@ -48,50 +50,6 @@ class GpuHealth(TypedDict):
     nvlink: list[tuple[int, str]]
 
 
-_LINE = re.compile(r"^(\s*)(\S.*?)\s*:\s?(.*?)\s*$")
-
-
-def _tree(lines: list[str]) -> dict:
-    """One GPU block of `nvidia-smi -q` as nested dicts by indentation: a line without ' : ' opens a section, a
-    'Key : Value' line is a leaf (its value stripped). A leaf with deeper lines under it ("HW Slowdown : Not Active"
-    with "HW Thermal Slowdown" below) has them put beside it in its section. Repeated keys keep the first."""
-    root: dict = {}
-    stack: list[tuple[int, dict]] = [(-1, root)]
-    for raw in lines:
-        line = raw.expandtabs(4).rstrip()
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        while stack[-1][0] >= indent:
-            stack.pop()
-        node = stack[-1][1]
-        m = _LINE.match(line) if " : " in line or line.endswith(" :") else None
-        if m:
-            node.setdefault(m.group(2).strip(), m.group(3))
-        else:
-            child = node.setdefault(line.strip(), {})
-            if isinstance(child, dict):
-                stack.append((indent, child))
-    return root
-
-
-def _num(value) -> int | None:
-    """'16x' -> 16, '40 C' -> 40, '0' -> 0; None for N/A, a section or anything without a leading number."""
-    if not isinstance(value, str):
-        return None
-    m = re.match(r"^(\d+)", value.strip())
-    return int(m.group(1)) if m else None
-
-
-def _get(tree: dict, *path: str):
-    for key in path:
-        if not isinstance(tree, dict):
-            return None
-        # nvidia-smi changed capitalisation between drivers ("Ecc Mode"/"ECC Mode", "Replays since reset")
-        tree = next((v for k, v in tree.items() if k.lower() == key.lower()), None)
-    return tree
-
-
 def _ecc_totals(errors: dict | None, which: str) -> dict[str, int | None]:
     """{'volatile', 'aggregate'} totals of `which` ('uncorrected' | 'corrected') from the "ECC Errors" section:
     old drivers (the V100 logs) "Double Bit"/"Single Bit" -> "Total"; newer ones flat counters such as "DRAM
@@ -120,16 +78,8 @@ def parse_smi_q(text: str) -> list[dict]:
     """`nvidia-smi -q` (any driver, with or without -d sections) -> one dict per GPU block (see GpuHealth; nvlink
     empty). GPU blocks start at a line 'GPU <bus id>' in column 0; lines before the first (the log header) are
     ignored; [] when there is none (no GPU, no driver, an error message)."""
-    blocks: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        m = re.match(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$", line)
-        if m:
-            blocks.append((m.group(1), []))
-        elif blocks:
-            blocks[-1][1].append(line)
     gpus = []
-    for index, (bus_id, lines) in enumerate(blocks):
-        t = _tree(lines)
+    for index, (bus_id, t) in enumerate(gpu_blocks(text)):
         link = _get(t, "PCI", "GPU Link Info") or {}
         gen, width = _get(link, "PCIe Generation") or {}, _get(link, "Link Width") or {}
         # newer drivers print "Device Max"/"Host Max"/"Device Current" beside or instead of "Max"/"Current"

@@ -1,0 +1,101 @@
+"""Plan-level tests of the GPU policy (pyinfra's facts in, commands and uploads out; nothing runs on a GPU): a fake
+Debian 13 box with one Tesla V100-PCIE-32GB answers nvidia-smi -q as Microway's real one printed it (100..250 W,
+supported clocks 877 MHz with 135..1380 MHz: tests/data/nvidia_smi_v100.txt). Settings out of the card's range are
+refused before any command; within it, the oneshot unit applies them at boot and now; a second run on the host the
+first left (harness.converged, the card now at the policy) changes nothing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from roles.settings import SettingsError
+from tests.plan.harness import DEBIAN_13, converged, plan_uploads_raw
+from tests.unit.test_doctor_hardware import PCIE_Q, edited, section
+
+UNIT = "v100kit-gpu-policy.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+SMI_Q = (PCIE_Q + section("v100-pcie-supported-clocks")).splitlines()
+#: the NvidiaGpus fact's answer for the same card (its --query-gpu row: index, uuid, name, compute_cap, memory
+#: total/used/free MiB, persistence mode, driver)
+GPU = {"nvidia-smi --query-gpu": ["0, GPU-4965xxxx-79e3-7941-12cb-1dfe9c53xxxx, Tesla V100-PCIE-32GB, 7.0, 32480, "
+                                  "0, 32480, Enabled, 550.163.01", "#apps", "#units"]}
+RUNNING = {f"--property SubState {UNIT}": [f"Id={UNIT}", "SubState=exited"],
+           f"--property UnitFileState {UNIT}": [f"Id={UNIT}", "UnitFileState=enabled"]}
+
+
+def plan(data: dict, smi_q: list[str] = SMI_Q, more: dict | None = None, stops_early: bool = False):
+    return plan_uploads_raw(DEBIAN_13, data, {**GPU, "nvidia-smi -q -d POWER": smi_q, **(more or {})},
+                            stops_early=stops_early)
+
+
+def ours(cmds: list[str]) -> list[str]:
+    """The commands that change something about the policy: its unit's systemctl calls and removal, nvidia-smi
+    setting a card, a reboot (the facts' read-only commands left out)."""
+    return [str(c) for c in map(str, cmds) if (c.startswith(("systemctl", "rm -f")) and UNIT in c)
+            or re.search(r"nvidia-smi -(pl|ac|c|e) ", c) or re.match(r"^(reboot|shutdown -r)", c)]
+
+
+def test_default_settings_leave_the_cards_alone():
+    cmds, uploads = plan({})
+    assert UNIT_PATH not in uploads and ours(cmds) == []
+
+
+def test_out_of_range_is_refused_before_any_command():
+    with pytest.raises(SettingsError) as e:
+        plan({"gpu_policy_power_limit_w": 300, "gpu_policy_application_clocks": "877,1530"})
+    text = str(e.value)
+    assert "gpu_policy_power_limit_w = 300.0: GPU 0 (Tesla V100-PCIE-32GB) allows 100..250 W" in text
+    assert "gpu_policy_application_clocks = '877,1530'" in text and "135..1380 MHz" in text
+
+
+def test_policy_unit_applies_at_boot_and_now():
+    cmds, uploads = plan({"gpu_policy_power_limit_w": 200, "gpu_policy_application_clocks": "877,1380",
+                          "gpu_policy_compute_mode": "EXCLUSIVE_PROCESS"})
+    unit = uploads[UNIT_PATH].decode()
+    assert ("ExecStart=/usr/bin/nvidia-smi -pl 200\nExecStart=/usr/bin/nvidia-smi -ac 877,1380\n"
+            "ExecStart=/usr/bin/nvidia-smi -c EXCLUSIVE_PROCESS\n") in unit
+    assert "Type=oneshot" in unit and "After=nvidia-persistenced.service" in unit and "WantedBy=multi-user.target" in unit
+    assert any(c.startswith(f"systemctl start {UNIT}") or c == f"systemctl restart {UNIT}" for c in ours(cmds))
+    assert any("systemctl enable" in c and UNIT in c for c in ours(cmds))
+    assert not any(c.startswith("reboot") for c in ours(cmds))
+
+
+def test_second_run_changes_nothing():
+    data = {"gpu_policy_power_limit_w": 200, "gpu_policy_application_clocks": "877,1380"}
+    cmds, uploads = plan(data)
+    # the card as the unit left it: power limit 200 W, application clocks 877,1380 (the real log, those two edited)
+    now = edited("\n".join(SMI_Q), "        Power Limit                 : 250.00 W",
+                 "        Power Limit                 : 200.00 W")
+    now = edited(now, "    Applications Clocks\n        Graphics                    : 1230 MHz",
+                 "    Applications Clocks\n        Graphics                    : 1380 MHz")
+    again, uploads2 = plan(data, now.splitlines(), {**converged(cmds, uploads), **RUNNING})
+    assert ours(again) == [], ours(again)
+
+
+def test_a_card_changed_by_hand_is_set_again():
+    data = {"gpu_policy_power_limit_w": 200}
+    cmds, uploads = plan(data)
+    # the unit in place, but the card back at 250 W (someone ran nvidia-smi -pl 250): the real, unedited log
+    again, _ = plan(data, SMI_Q, {**converged(cmds, uploads), **RUNNING})
+    assert ours(again) == [f"systemctl restart {UNIT}"]
+
+
+def test_ecc_change_says_reboot_unless_allowed():
+    cmds, uploads = plan({"gpu_policy_ecc": False})
+    assert b"ExecStart=/usr/bin/nvidia-smi -e 0" in uploads[UNIT_PATH]
+    assert not any(c.startswith("reboot") or "shutdown -r" in c for c in map(str, cmds))
+    cmds, _ = plan({"gpu_policy_ecc": False, "gpu_policy_reboot": True}, stops_early=True)
+    assert any("reboot" in str(c) for c in cmds)
+
+
+def test_no_gpu_visible_installs_nothing():
+    cmds, uploads = plan_uploads_raw(DEBIAN_13, {"gpu_policy_power_limit_w": 200})
+    assert UNIT_PATH not in uploads and ours(cmds) == []
+
+
+def test_unsetting_removes_an_earlier_unit():
+    cmds, uploads = plan({"gpu_policy_power_limit_w": 200})
+    again, _ = plan({}, SMI_Q, {**converged(cmds, uploads), **RUNNING})
+    assert f"rm -f {UNIT_PATH}" in again and any("systemctl stop" in c and UNIT in c for c in ours(again))
