@@ -31,7 +31,9 @@ class GpuHealth(TypedDict):
     retirement of Volta and older; https://docs.nvidia.com/deploy/dynamic-page-retirement/); remapped:
     {'correctable': n, 'uncorrectable': n, 'pending': bool, 'failure': bool} (Remapped Rows, Ampere and newer);
     throttle: {reason as printed: active} of "Clocks Throttle Reasons" or "Clocks Event Reasons"; temp: {'current',
-    'slowdown', 'shutdown', 'max_operating'} in degrees C; pstate 'P0'; nvlink: [(link number, 'up' | 'inactive')]
+    'slowdown', 'shutdown', 'max_operating'} in degrees C, and where newer drivers print margins instead ("GPU T.Limit
+    Temp": degrees below the card's limit) {'tlimit', 'slowdown_tlimit', 'shutdown_tlimit'} (the margins at which it
+    slows down and shuts off: -2 C and -5 C on an H100, NVIDIA/NVSentinel pull request 1371); pstate 'P0'; nvlink: [(link number, 'up' | 'inactive')]
     from `nvidia-smi nvlink -s` ([]: no NVLink listed for this GPU)."""
 
     index: int
@@ -66,6 +68,12 @@ def _ecc_totals(errors: dict | None, which: str) -> dict[str, int | None]:
             total = sum(v for v in values if v is not None) if any(v is not None for v in values) else None
         out[scope.lower()] = total
     return out
+
+
+def _signed(value) -> int | None:
+    """'-5 C' -> -5, '35 C' -> 35; None for N/A."""
+    m = re.match(r"^(-?\d+)", value.strip()) if isinstance(value, str) else None
+    return int(m.group(1)) if m else None
 
 
 def _yes(value) -> bool | None:
@@ -112,7 +120,12 @@ def parse_smi_q(text: str) -> list[dict]:
                          and v.strip() in ("Active", "Not Active")},
             "temp": {"current": _num(_get(temp, "GPU Current Temp")), "slowdown": _num(_get(temp, "GPU Slowdown Temp")),
                      "shutdown": _num(_get(temp, "GPU Shutdown Temp")),
-                     "max_operating": _num(_get(temp, "GPU Max Operating Temp"))},
+                     "max_operating": _num(_get(temp, "GPU Max Operating Temp")),
+                     # newer drivers on Hopper print margins instead ("T.Limit"): degrees below the limit, and the
+                     # margins at which the card slows down and shuts off (H100: -2 C and -5 C)
+                     "tlimit": _signed(_get(temp, "GPU T.Limit Temp")),
+                     "slowdown_tlimit": _signed(_get(temp, "GPU Slowdown T.Limit Temp")),
+                     "shutdown_tlimit": _signed(_get(temp, "GPU Shutdown T.Limit Temp"))},
             "pstate": (_get(t, "Performance State") or None),
             "nvlink": [],
         })

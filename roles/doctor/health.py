@@ -178,10 +178,20 @@ def throttling(health: list[GpuHealth]) -> Row:
 
 
 def temperature(health: list[GpuHealth]) -> Row:
-    """Each GPU below its own slowdown temperature; the evidence gives the margin to slowdown and shutdown."""
+    """Each GPU below its own slowdown temperature; the evidence gives the margin to slowdown and shutdown. Where the
+    driver prints margins ("T.Limit", newer drivers on Hopper) instead of thresholds, the GPU's margin must stay above
+    its slowdown margin (NVIDIA/NVSentinel pull request 1371 compares the same two: H100 slows down at -2 C)."""
     bad, seen = [], []
     for g in health:
         t = g["temp"]
+        if t["current"] is not None and t["slowdown"] is None and t.get("tlimit") is not None:
+            at = t.get("slowdown_tlimit") if t.get("slowdown_tlimit") is not None else 0
+            line = (f"GPU {g['index']}: {t['current']} C, {t['tlimit']} C below its limit (T.Limit; slows down at "
+                    f"{at} C, shuts off at {t.get('shutdown_tlimit') if t.get('shutdown_tlimit') is not None else '?'} C)")
+            seen.append(line)
+            if t["tlimit"] <= at:
+                bad.append(line)
+            continue
         if t["current"] is None or t["slowdown"] is None:
             seen.append(f"GPU {g['index']}: {t['current'] if t['current'] is not None else '?'} C, thresholds not "
                         "reported")

@@ -49,7 +49,8 @@ def test_parses_the_v100_pcie_log_as_printed():
     assert g["ecc_uncorrected"] == {"volatile": 0, "aggregate": 0} and g["ecc_corrected"] == {"volatile": 0,
                                                                                                 "aggregate": 0}
     assert g["retired"] == {"single_bit": 0, "double_bit": 0, "pending": False} and g["remapped"] is None
-    assert g["temp"] == {"current": 40, "slowdown": 87, "shutdown": 90, "max_operating": 83}
+    assert g["temp"] == {"current": 40, "slowdown": 87, "shutdown": 90, "max_operating": 83, "tlimit": None,
+                         "slowdown_tlimit": None, "shutdown_tlimit": None}
     assert g["pstate"] == "P0"
     assert g["throttle"]["Idle"] is False and g["throttle"]["HW Thermal Slowdown"] is False  # nested under HW Slowdown
     assert len(g["throttle"]) == 9
@@ -220,3 +221,16 @@ def test_a_missing_section_is_reported_not_guessed():
     r = {x.check: x for x in health.hardware_rows([g])}
     assert "link not reported" in r[health.PCIE].evidence and "thresholds not reported" in r[health.TEMPERATURE].evidence
     assert copy.deepcopy(g)["retired"] is None
+
+
+def test_newer_drivers_temperature_margins():
+    """Hopper's nvidia-smi prints margins ("GPU T.Limit Temp") where the V100's prints thresholds. The layout is
+    written here in -q form from two public readings: the H200 capture's temperature.gpu 52 with
+    temperature.gpu.tlimit 35 (tests/data/nvidia_smi_captures.txt) and the H100's slowdown margin of -2 C
+    (NVIDIA/NVSentinel pull request 1371); the shutdown margin -5 C is not from a log, and only shown."""
+    block = ("GPU 00000000:83:00.0\n    Product Name : NVIDIA H200\n    Temperature\n"
+             "        GPU Current Temp : 52 C\n        GPU T.Limit Temp : {t} C\n"
+             "        GPU Shutdown T.Limit Temp : -5 C\n        GPU Slowdown T.Limit Temp : -2 C\n")
+    row = rows(block.format(t=35))[health.TEMPERATURE]
+    assert row.state == "ok" and "52 C, 35 C below its limit (T.Limit; slows down at -2 C" in row.evidence
+    assert rows(block.format(t=-2))[health.TEMPERATURE].state == "broken"
