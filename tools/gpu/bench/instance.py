@@ -26,7 +26,10 @@ with model.open("rb") as f:
 gpu = [("@local", {{
     "llama_cpp_instances": {{"bench": {{
         "model_source": "{model}", "model_sha256": "{h.hexdigest()}",
-        "port": 8080, "api_key_file": "{key}",{"".join(f' "{k.lower()}": {int(os.environ[k])},'
+        "port": 8080, "api_key_file": "{key}",
+        # the systemctl stand-in starts llama-server outside any systemd unit, so the bench's preflight cannot tell
+        # it from another user's process (roles/engines.py OWN_UNIT reads the unit from the process's cgroup)
+        "allow_gpu_in_use": True,{"".join(f' "{k.lower()}": {int(os.environ[k])},'
                                                  for k in ("CONTEXT", "PARALLEL") if os.environ.get(k))}
     }}}},
 }})]
