@@ -110,6 +110,19 @@ def model_files(directory: Path) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def kv_reason(dtype: str, release: VllmRelease) -> str:
+    """Why `dtype` (a kv_cache_dtype the release does not take below 8.9) fails there: fp8_e5m2 on a V1 release is
+    read as e4m3 by its Triton attention (`.view(self.fp8_dtype)`, files/vllm/<version>.json), and Triton's e4m3
+    (fp8e4nv) needs sm_89 ("type fp8e4nv not supported", issue 28); float16 is not a CacheDType of releases before
+    0.19 (vllm/config CacheDType); bfloat16 needs 8.0 (vllm#946)."""
+    if dtype == "fp8_e5m2" and release.engine == "V1":
+        return ("its Triton attention reads every fp8 cache as e4m3 (current_platform.fp8_dtype()), and Triton's "
+                "e4m3 (fp8e4nv) needs sm_89")
+    if dtype.startswith("fp8"):
+        return "FP8 e4m3 needs sm_89"
+    return f"not a --kv-cache-dtype value of {release.version} on this GPU"
+
+
 def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, int], release: VllmRelease) -> list[str]:
     """Refusals decided by a model's config.json and the instance settings on GPUs of compute capability `cc`
     (major, minor): quantization methods whose kernels need a newer GPU (vLLM's "Minimum capability: 75. Current
@@ -149,7 +162,7 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
     if cc < (8, 9) and inst.kv_cache_dtype not in release.kv_cache_dtypes:
         problems.append(problem(f"{key}.kv_cache_dtype", inst.kv_cache_dtype, f"vLLM {release.version} "
                                 f"({release.engine} engine) cannot use it on compute capability {cc[0]}.{cc[1]} "
-                                "(FP8 e4m3 needs sm_89; roles/vllm/versions.py)",
+                                f"({kv_reason(inst.kv_cache_dtype, release)}; roles/vllm/versions.py)",
                                 f"use one of {', '.join(release.kv_cache_dtypes)}"))
     return problems
 
