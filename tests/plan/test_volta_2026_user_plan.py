@@ -78,3 +78,40 @@ def test_plan_level_fp8_e5m2_refusal_on_v1_says_why_for_e5m2():
         with pytest.raises(SettingsError) as e:
             plan_commands(UBUNTU_2404, vllm(m, "0.19.1", kv_cache_dtype="fp8_e5m2"), responses=V100)
     assert re.search(r"reads every fp8 cache as e4m3", str(e.value)), str(e.value)
+
+
+# -- extra_args cannot override the Volta flags the toolkit sets ---------------------------------------------------
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--attention-backend", "FLEX_ATTENTION"], "--attention-backend"),
+    (["--attention-backend=FLASH_ATTN"], "--attention-backend=FLASH_ATTN"),
+    (["--compilation-config", "3"], "--compilation-config"),
+    (["-cc.cudagraph_mode=FULL"], "-cc.cudagraph_mode=FULL"),
+    (["--attention-config.backend=FLEX_ATTENTION"], "--attention-config.backend=FLEX_ATTENTION"),
+    (["--compilation-config.cudagraph_mode=FULL"], "--compilation-config.cudagraph_mode=FULL"),
+])
+def test_plan_level_extra_args_cannot_replace_the_volta_flags_of_0_19_1(extra, flag):
+    """0.19.1 runs on Volta with `--attention-backend TRITON_ATTN` (the backend whose head sizes the plan checks,
+    vllm/v1/attention/backends/triton_attn.py) and CUDA graphs FULL_DECODE_ONLY (KumphanartDansiri/v100-vllm-2026).
+    argparse keeps the last of a repeated option, so an extra `--attention-backend` after them would replace the
+    pinned backend (FLASH_ATTN needs 8.0). Refused before any command, naming the word as set by the toolkit.
+    The dotted form is one vLLM's own parser takes (FlexibleArgumentParser; the toolkit renders it itself), so it is
+    not "not a flag"; nor are the short and config spellings of the same settings (vllm/engine/arg_utils.py:
+    `"--compilation-config", "-cc"`, `"--attention-config", "-ac"`)."""
+    with tempfile_model() as m:
+        with pytest.raises(SettingsError) as e:
+            plan_commands(UBUNTU_2404, vllm(m, "0.19.1", extra_args=extra), responses=V100)
+    text = str(e.value)
+    assert f"vllm_instances.t.extra_args = '{flag}': set by the toolkit" in text, text
+    assert "not a flag" not in text
+
+
+def test_plan_level_dotted_config_flag_of_the_release_passes_the_flag_check():
+    """A dotted JSON-config flag the toolkit does not set (--speculative-config.method=ngram) is a flag of 0.19.1's
+    parser (--speculative-config in files/vllm/0.19.1.flags.json): not refused as unknown."""
+    flags = set(json.loads((ROOT / "files/vllm/0.19.1.flags.json").read_text())["flags"])
+    assert "--speculative-config" in flags
+    with tempfile_model() as m:
+        cmds = plan_commands(UBUNTU_2404, vllm(m, "0.19.1", extra_args=["--speculative-config.method=ngram"]),
+                             responses=V100)
+    assert any("systemctl start vllm@t" in str(c) for c in cmds)
