@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,8 +25,9 @@ from roles.ray.decide import RayPlan
 from roles.settings import Settings, VllmInstance, problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
 from roles.vllm.flags import extra_args_problems, known_flags, typed_args, typed_problems
-from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, QUANT_MIN_CAPABILITY, SOFTCAP_MIN_CAPABILITY,
-                                 TORCH_SM70, UV_VERSION, VLLM_RELEASES, VllmRelease)
+from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, NO_SM70_WHEELS_WHY, QUANT_MIN_CAPABILITY,
+                                 SOFTCAP_MIN_CAPABILITY, TORCH_SM70, UV_VERSION, VLLM_RELEASES, VllmRelease,
+                                 release_after_sm70_wheels)
 
 VENV_ROOT = "/opt/vllm"
 CURRENT = f"{VENV_ROOT}/current"
@@ -249,6 +251,11 @@ def release(settings: Settings) -> tuple[VllmRelease | None, list[str]]:
     table or one the table refuses (no wheel-only install)."""
     found = VLLM_RELEASES.get(settings.vllm_version)
     supported = [v for v, r in VLLM_RELEASES.items() if not r.refused]
+    if found is None and release_after_sm70_wheels(settings.vllm_version):
+        newest = max(supported, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3]))
+        return None, [problem("vllm_version", settings.vllm_version, NO_SM70_WHEELS_WHY,
+                              f"set vllm_version: {newest} (the newest release whose wheels carry sm_70), or "
+                              "llama.cpp for models it cannot load")]
     if found is None:
         return None, [problem("vllm_version", settings.vllm_version, "not a release the toolkit has verified on Volta "
                               "(engine, torch build with sm_70 kernels, wheels: roles/vllm/versions.py)",

@@ -115,3 +115,32 @@ def test_plan_level_dotted_config_flag_of_the_release_passes_the_flag_check():
         cmds = plan_commands(UBUNTU_2404, vllm(m, "0.19.1", extra_args=["--speculative-config.method=ngram"]),
                              responses=V100)
     assert any("systemctl start vllm@t" in str(c) for c in cmds)
+
+
+# -- a release after 0.19: refused with the machine-code evidence ---------------------------------------------------
+
+@pytest.mark.parametrize("version", ["0.21.0", "0.20.0", "0.33.0"])
+def test_plan_level_vllm_from_0_20_refused_with_the_sm70_evidence(version):
+    """The committed cuobjdump evidence of vLLM 0.21.0's lock (tests/data/sm70/vllm-0.21.0-py3.12.sm70.json) shows
+    its own vllm/_C.abi3.so and torch 2.11.0's libtorch_cuda.so without code for 7.0; docs/vllm-releases.md (the
+    survey of PyPI) finds the same torch and _C from 0.20.0 to 0.33.0. A user asking for such a release must be told
+    that, with the evidence and the newest release that has sm_70 wheels, not only "not verified"."""
+    evidence = json.loads((ROOT / "tests/data/sm70/vllm-0.21.0-py3.12.sm70.json").read_text())
+    failing = " ".join(evidence["failing"])
+    assert "vllm/_C.abi3.so" in failing and "torch/lib/libtorch_cuda.so" in failing and not evidence["ok"]
+    with tempfile_model() as m:
+        with pytest.raises(SettingsError) as e:
+            plan_commands(UBUNTU_2404, vllm(m, version), responses=V100)
+    text = str(e.value)
+    assert f"vllm_version = '{version}'" in text
+    assert "sm_70" in text and "vllm/_C.abi3.so" in text and "libtorch_cuda.so" in text and "docs/vllm-sm70.md" in text
+    assert "vllm_version: 0.19.1" in fix_of(e.value)
+
+
+def test_plan_level_an_unknown_release_before_0_20_is_still_only_unverified():
+    """0.15.0 (Feb 2026, torch 2.9.1: a candidate never checked, docs/vllm-releases.md) is refused as unverified,
+    without the sm_70 claim."""
+    with tempfile_model() as m:
+        with pytest.raises(SettingsError) as e:
+            plan_commands(UBUNTU_2404, vllm(m, "0.15.0"), responses=V100)
+    assert "not a release the toolkit has verified" in str(e.value) and "libtorch_cuda" not in str(e.value)
