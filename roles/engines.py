@@ -247,10 +247,12 @@ def flag_of(word: str) -> str:
 
 def extra_args_problems(key: str, args: list[str], owned: Mapping[str, str], known: frozenset[str] | None,
                         unknown: tuple[str, str], refused: Mapping[str, tuple[str, str]] | None = None,
-                        also: Callable[[str, str], list[str]] = lambda word, flag: []) -> list[str]:
+                        also: Callable[[str, str], list[str]] = lambda word, flag: [],
+                        flag_of: Callable[[str], str] = flag_of) -> list[str]:
     """One problem per flag word of an instance's extra_args (`key`): a flag the toolkit owns (`owned`: flag ->
     the setting to use), one refused with its own (why, fix) (`refused`), one the engine does not have (`known`;
-    None: not checked; `unknown`: the (why, fix) to say), else whatever `also(word, flag)` finds. Values pass."""
+    None: not checked; `unknown`: the (why, fix) to say), else whatever `also(word, flag)` finds. Values pass.
+    `flag_of`: how a word names its flag (an engine's own spelling rules)."""
     problems = []
     for word in args:
         if ARG_VALUE.match(word):

@@ -176,8 +176,9 @@ class VllmInstance(_InstanceOnGpus):
     # vLLM's own default is 256 (arg_utils.py); 64 keeps the profile run's sampler memory low: docs/volta.md §4a
     max_num_seqs: int = Field(64, ge=1, le=4096, description="--max-num-seqs: sequences batched together")
     tensor_parallel_size: int = Field(1, ge=1, le=16, description="--tensor-parallel-size (at most the GPU count)")
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e5m2", "fp8_e4m3"] = Field(
-        "auto", description="--kv-cache-dtype; on Volta only fp8_e5m2 with a V0 release (roles/vllm/versions.py)")
+    kv_cache_dtype: Literal["auto", "float16", "fp8", "fp8_e5m2", "fp8_e4m3"] = Field(
+        "auto", description="--kv-cache-dtype; on Volta fp8_e5m2 only with a V0 release, float16 (= auto on Volta) "
+                            "from 0.19.1 (roles/vllm/versions.py kv_cache_dtypes)")
     enforce_eager: bool = Field(False, description="--enforce-eager: no CUDA graphs (less VRAM, slower decode)")
     gpus: list[Annotated[int, Field(ge=0, le=15)]] | None = Field(
         None, min_length=1, description="CUDA_VISIBLE_DEVICES indices, each once; None: all GPUs")

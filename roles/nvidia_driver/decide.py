@@ -72,7 +72,11 @@ def plan(settings: Settings, platform: Platform, kernel_metas: dict, booted: str
                 + source_has_no_driver(settings, platform, pins))
     pin = select_pin(settings, pins)
     if pin is not None:
-        problems += branchless_metapackages(pin) + kernel_problems(settings, pin, [*([] if container else [booted]), *kernels])
+        checked = [*([] if container else [booted]), *kernels]
+        found = kernel_problems(settings, pin, checked)
+        if found:
+            found = [p + kernel_alternative(settings, platform, pin, checked) for p in found]
+        problems += branchless_metapackages(pin) + found
     headers = settings.nvidia_driver_headers_package or headers_metapackage(platform, kernel_metas, booted)
     if problems or pin is None:
         return None, problems
@@ -195,6 +199,29 @@ def kernel_problems(settings: Settings, pin: DriverPin, kernels: list[str]) -> l
                 "nvidia_driver_allow_untested_kernel: true to try the build (the deploy then fails at DKMS if it "
                 "does not build)"))
     return problems
+
+
+def kernel_alternative(settings: Settings, platform: Platform, pin: DriverPin, kernels: list[str]) -> str:
+    """A further fix for a kernel refusal of `pin`: the first other pin of the map for this OS (its own source's pins
+    first, each source's default first) that the same kernels do not refuse, from a source not refused for Volta and
+    of a branch that drives these GPUs, as '; or set nvidia_driver_...' ('' when there is none)."""
+    below_turing = compute_capability(settings) < AFTER_LAST_VOLTA_BRANCH_MIN_COMPUTE_CAPABILITY
+    sources = [settings.nvidia_driver_source] + [s for (p, s) in DRIVER_PINS if p == platform.id
+                                                 and s != settings.nvidia_driver_source]
+    for source in sources:
+        if source == "nvidia" and platform.id in NVIDIA_REPO_WITHOUT_VOLTA and below_turing:
+            continue
+        for i, other in enumerate(DRIVER_PINS.get((platform.id, source), ())):
+            if other.version == pin.version or (below_turing and other.branch > LAST_VOLTA_DRIVER_BRANCH):
+                continue
+            if kernel_problems(settings, other, kernels):
+                continue
+            if source == settings.nvidia_driver_source:
+                return f"; or set nvidia_driver_version: {other.version} (it builds on these kernels)"
+            version = "" if i == 0 else f" and nvidia_driver_version: {other.version}"
+            return (f"; or set nvidia_driver_source: {source}{version} (driver {other.version}, which builds on these "
+                    "kernels)")
+    return ""
 
 
 def runfile_problems(settings: Settings, pin: DriverPin, installed: str | None, pkgs: dict[str, DriverPackage]

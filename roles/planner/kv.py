@@ -57,7 +57,7 @@ LLAMA_CPP_FA_CACHE_TYPES = ("f16", "q8_0", "q4_0")
 #: Bytes per element of vLLM's `--kv-cache-dtype`. auto = the model dtype, half on Volta (`--dtype half`, bf16 is
 #: unsupported below cc 8.0); fp8 variants are storage-only and work on Volta. (vLLM docs; docs/volta.md §4; H/M)
 VLLM_KV_CACHE_DTYPES: dict[str, Fraction] = {
-    "auto": Fraction(2), "fp8": Fraction(1), "fp8_e5m2": Fraction(1), "fp8_e4m3": Fraction(1),
+    "auto": Fraction(2), "float16": Fraction(2), "fp8": Fraction(1), "fp8_e5m2": Fraction(1), "fp8_e4m3": Fraction(1),
     "auto_float32": Fraction(4),  # "auto" under --dtype float32: the KV cache follows the model dtype
 }
 

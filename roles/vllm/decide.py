@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,8 +25,9 @@ from roles.ray.decide import RayPlan
 from roles.settings import Settings, VllmInstance, problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
 from roles.vllm.flags import extra_args_problems, known_flags, typed_args, typed_problems
-from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, QUANT_MIN_CAPABILITY, SOFTCAP_MIN_CAPABILITY,
-                                 TORCH_SM70, UV_VERSION, VLLM_RELEASES, VllmRelease)
+from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, NO_SM70_WHEELS_WHY, QUANT_MIN_CAPABILITY,
+                                 SOFTCAP_MIN_CAPABILITY, TORCH_SM70, UV_VERSION, VLLM_RELEASES, VllmRelease,
+                                 release_after_sm70_wheels)
 
 VENV_ROOT = "/opt/vllm"
 CURRENT = f"{VENV_ROOT}/current"
@@ -110,6 +112,19 @@ def model_files(directory: Path) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def kv_reason(dtype: str, release: VllmRelease) -> str:
+    """Why `dtype` (a kv_cache_dtype the release does not take below 8.9) fails there: fp8_e5m2 on a V1 release is
+    read as e4m3 by its Triton attention (`.view(self.fp8_dtype)`, files/vllm/<version>.json), and Triton's e4m3
+    (fp8e4nv) needs sm_89 ("type fp8e4nv not supported", issue 28); float16 is not a CacheDType of releases before
+    0.19 (vllm/config CacheDType); bfloat16 needs 8.0 (vllm#946)."""
+    if dtype == "fp8_e5m2" and release.engine == "V1":
+        return ("its Triton attention reads every fp8 cache as e4m3 (current_platform.fp8_dtype()), and Triton's "
+                "e4m3 (fp8e4nv) needs sm_89")
+    if dtype.startswith("fp8"):
+        return "FP8 e4m3 needs sm_89"
+    return f"not a --kv-cache-dtype value of {release.version} on this GPU"
+
+
 def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, int], release: VllmRelease) -> list[str]:
     """Refusals decided by a model's config.json and the instance settings on GPUs of compute capability `cc`
     (major, minor): quantization methods whose kernels need a newer GPU (vLLM's "Minimum capability: 75. Current
@@ -149,7 +164,7 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
     if cc < (8, 9) and inst.kv_cache_dtype not in release.kv_cache_dtypes:
         problems.append(problem(f"{key}.kv_cache_dtype", inst.kv_cache_dtype, f"vLLM {release.version} "
                                 f"({release.engine} engine) cannot use it on compute capability {cc[0]}.{cc[1]} "
-                                "(FP8 e4m3 needs sm_89; roles/vllm/versions.py)",
+                                f"({kv_reason(inst.kv_cache_dtype, release)}; roles/vllm/versions.py)",
                                 f"use one of {', '.join(release.kv_cache_dtypes)}"))
     return problems
 
@@ -236,6 +251,11 @@ def release(settings: Settings) -> tuple[VllmRelease | None, list[str]]:
     table or one the table refuses (no wheel-only install)."""
     found = VLLM_RELEASES.get(settings.vllm_version)
     supported = [v for v, r in VLLM_RELEASES.items() if not r.refused]
+    if found is None and release_after_sm70_wheels(settings.vllm_version):
+        newest = max(supported, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3]))
+        return None, [problem("vllm_version", settings.vllm_version, NO_SM70_WHEELS_WHY,
+                              f"set vllm_version: {newest} (the newest release whose wheels carry sm_70), or "
+                              "llama.cpp for models it cannot load")]
     if found is None:
         return None, [problem("vllm_version", settings.vllm_version, "not a release the toolkit has verified on Volta "
                               "(engine, torch build with sm_70 kernels, wheels: roles/vllm/versions.py)",
@@ -406,7 +426,8 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
                                  "authenticates, or set api_key_file and expose_to_network: true")
     api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
     known = known_flags(rel.version)
-    more += extra_args_problems(f"{key}.extra_args", inst.extra_args, known) + typed_problems(key, inst, known)
+    more += extra_args_problems(f"{key}.extra_args", inst.extra_args, known, rel.volta_args + rel.vision_args) \
+        + typed_problems(key, inst, known)
     model_path, files_, config, hf, more2 = _model(key, inst, name, settings.base_service_home, host_model)
     problems += more + more2
     mplan = None

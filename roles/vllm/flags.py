@@ -64,13 +64,35 @@ def typed_args(s: VllmInstance) -> list[str]:
     return args
 
 
-def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None) -> list[str]:
+def flag_of(word: str) -> str:
+    """The flag a vLLM word names (engines.flag_of), a dotted JSON-config key counting as its flag:
+    `--compilation-config.cudagraph_mode=FULL` -> `--compilation-config` (vLLM's FlexibleArgumentParser turns
+    `--X.key=value` into `--X '{"key": value}'`; the toolkit renders 0.19.1's CUDA-graph mode that way)."""
+    flag = engines.flag_of(word)
+    return flag.split(".", 1)[0] if flag.startswith("-") else flag
+
+
+#: The other spellings that set what a Volta flag sets (vllm/engine/arg_utils.py add_cli_args: `"--compilation-config",
+#: "-cc"` and `"--attention-config", "-ac"`, whose `backend` key is what --attention-backend sets).
+VOLTA_FLAG_ALIASES: dict[str, tuple[str, ...]] = {
+    "--attention-backend": ("--attention-config", "-ac"), "--compilation-config": ("-cc",)}
+
+
+def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
+                        volta_flags: tuple[str, ...] = ()) -> list[str]:
     """One problem per word of extra_args (`key`: vllm_instances.NAME.extra_args) that is a flag the toolkit owns
-    (naming the setting) or one the release's parser does not have (`known`; None: not checked)."""
+    (naming the setting), one of the release's Volta flags the toolkit sets itself (`volta_flags`: its volta_args and
+    vision_args, roles/vllm/versions.py; argparse keeps the last of a repeated option, so a second one would replace
+    them), or one the release's parser does not have (`known`; None: not checked)."""
+    volta = {flag_of(w) for w in volta_flags if w.startswith("--")}
+    volta |= {a for f in volta for a in VOLTA_FLAG_ALIASES.get(f, ())}
+    refused = {f: (f"set by the toolkit for Volta ({' '.join(volta_flags)}: roles/vllm/versions.py, with sources)",
+                   "remove it; the toolkit's Volta flags of this release cannot be replaced")
+               for f in volta}
     return engines.extra_args_problems(
         key, args, OWNED, known, ("not a flag of this vLLM release's server (files/vllm/<version>.flags.json, from "
                                   "its own parser)", "check the spelling against `vllm serve --help` of the "
-                                  "release, or remove it"))
+                                  "release, or remove it"), refused=refused, flag_of=flag_of)
 
 
 def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None) -> list[str]:

@@ -7,6 +7,7 @@ confidence H/M as there). The lock files in files/vllm/ are produced from this t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,6 +145,25 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
                                     "requests JIT Triton kernels for minutes)",
                  "profile_tokens": "vllm/engine/arg_utils.py get_batch_defaults: OPENAI_API_SERVER 2048 below 70 GiB"}),
 }
+
+#: The first vLLM release whose PyPI wheels lack sm_70 machine code, and what the check found (major, minor). From
+#: 0.20.0 vLLM pins torch 2.11+, whose PyPI wheels are cu130 (no sm_70: pytorch#172352), and its own kernels are
+#: built with CUDA 12.8+, where vLLM's CMakeLists drops 7.0 (PR #39878); docs/vllm-releases.md surveys 0.20.0-0.33.0.
+#: The cuobjdump evidence of 0.21.0's lock: tests/data/sm70/vllm-0.21.0-py3.12.sm70.json (docs/vllm-sm70.md).
+NO_SM70_WHEELS_FROM = (0, 20)
+NO_SM70_WHEELS_WHY = (
+    "PyPI's wheels of vLLM 0.20.0 and later have no sm_70 machine code: the sm_70 check of 0.21.0's lock found 30 of "
+    "39 CUDA binaries without code for 7.0, among them vLLM's own vllm/_C.abi3.so (SASS sm_75 and newer) and torch "
+    "2.11.0's libtorch_cuda.so (CUDA 13.0 wheel; torch keeps Volta only in its cu126 builds, pytorch#172352) "
+    "(tests/data/sm70/vllm-0.21.0-py3.12.sm70.json, docs/vllm-sm70.md, docs/vllm-releases.md)")
+
+
+def release_after_sm70_wheels(version: str) -> bool:
+    """True for a vLLM version ('0.21.0', '0.20.0rc1') at or after NO_SM70_WHEELS_FROM; False for older ones and
+    for a string that does not start with major.minor."""
+    m = re.match(r"^(\d+)\.(\d+)", version)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= NO_SM70_WHEELS_FROM
+
 
 #: The default: 0.8.5.post1, kept after checking 0.19.1 (tools/vllm_pin.py, files/vllm/<version>.json). Speed: on a
 #: V100 the V0 engine's XFORMERS attention uses the tensor cores, while every V1 release runs TRITON_ATTN, where

@@ -295,3 +295,26 @@ def test_plan_level_container_checks_installed_kernels_not_the_machines():
     with pytest.raises(SettingsError) as e:
         plan_commands(DEBIAN_13, {}, {**container, "build/Makefile": [f"{TRIXIE_KERNEL} 1", "6.16.12+deb13-amd64 1"]})
     assert "kernel 6.16.12+deb13-amd64 (series 6.16)" in str(e.value)
+
+
+# -- the kernel refusals name a pin of the map that builds there (tests/plan/test_volta_2026_user_plan.py's user) ----
+
+def test_plan_level_debian13_backports_kernel_refusal_names_the_runfile_driver():
+    # trixie-backports kernels (6.16 here) are newer than the 6.12 Debian's 550.163.01 is shipped for; NVIDIA's R580
+    # .run installer builds through 7.1 (580.159.04 and newer: void-linux/void-packages#61087). A Debian 13 user who
+    # installed a backports kernel must be pointed at nvidia_driver_source: runfile, not only at an older kernel.
+    with pytest.raises(SettingsError) as e:
+        plan_commands(DEBIAN_13, {}, debian13(installed=[TRIXIE_KERNEL, "6.16.12+deb13-amd64"]))
+    assert "set nvidia_driver_source: runfile" in str(e.value).split("Fix: ", 1)[1]
+    assert plan_commands(DEBIAN_13, RUNFILE, debian13(installed=[TRIXIE_KERNEL, "6.16.12+deb13-amd64"]))
+
+
+def test_plan_level_ubuntu_hwe_kernel_refusal_for_535_names_the_580_pin():
+    # Ubuntu 24.04's HWE kernel 6.14 with the 535 -server pin: no 535 release is reported to build past 6.12, while
+    # R580 builds through 7.1; the fix names the map's 580 pin for that source
+    hwe = {"systemd-detect-virt": ["virt=none", "kernel=6.14.0-36-generic", "sysctl_writable=1", "thp_writable=1",
+                                   "modules_dir=1", "nouveau_loaded=0", "thp_mode=always"],
+           "build/Makefile": ["6.14.0-36-generic 1"]}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, {"nvidia_driver_version": "535.274.02", "cuda_allow_minor_version_compat": True}, hwe)
+    assert "set nvidia_driver_version: 580.173.02" in str(e.value).split("Fix: ", 1)[1]
