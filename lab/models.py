@@ -35,17 +35,19 @@ def write_tiny_llama(path: Path, seed: int = 0) -> Path:
 
 def write_llama(path: Path, seed: int = 0, n_embd: int = N_EMBD, n_head: int = N_HEAD, n_head_kv: int = N_HEAD_KV,
                 n_layer: int = N_LAYER, n_ff: int = N_FF, n_ctx: int = N_CTX, architecture: str = "llama",
-                zero_weights: bool = False, header_only: bool = False) -> Path:
+                zero_weights: bool = False, header_only: bool = False, split_max_tensors: int = 0) -> Path:
     """A llama-shaped GGUF with random F32 weights: head size n_embd / n_head, `n_ctx` trained context tokens,
     `architecture` as general.architecture (tests give names a llama.cpp tree may not know). `zero_weights`: zeros
     instead (fast for large shapes that only the planner reads). `header_only`: F16 tensors whose data is a hole of
-    a sparse file (the real size, no disk: a many-GB model for the planner and for range reads). Returns `path`."""
+    a sparse file (the real size, no disk: a many-GB model for the planner and for range reads). `split_max_tensors`:
+    written as a split GGUF by gguf-py's own writer, at most that many tensors a part, as PREFIX-0000K-of-0000N.gguf
+    beside `path` (with gguf-split's split.* keys); `path` itself is then not written. Returns `path`."""
     N_EMBD, N_HEAD, N_HEAD_KV, N_LAYER, N_FF, N_CTX = n_embd, n_head, n_head_kv, n_layer, n_ff, n_ctx  # noqa: N806
     HEAD_DIM = N_EMBD // N_HEAD  # noqa: N806
     rng = np.random.default_rng(seed)
     tokens, scores, types = vocabulary()
     n_vocab = len(tokens)
-    w = gguf.GGUFWriter(str(path), architecture)
+    w = gguf.GGUFWriter(str(path), architecture, split_max_tensors=split_max_tensors)
     w.add_name("v100kit-tiny-llama")
     w.add_context_length(N_CTX)
     w.add_embedding_length(N_EMBD)

@@ -195,6 +195,8 @@ def gpu_claims_of(settings: Settings, gpus: list, llama: llama_cpp.LlamaCppPlan 
         [(f"llama-server@{i.name}", i.settings.gpus, llama_cpp.claim_bytes(i)) for i in llama.instances]
         if llama else [],
         [(f"vllm@{i.name}", i.settings.gpus, i.settings.tensor_parallel_size, i.settings.gpu_memory_utilization,
+          # the planner's figure for the model where it read it (graphs by its layers), else the flat estimate
+          i.memory.outside_bytes if i.memory and i.memory.outside_bytes else
           VLLM_CUDA_CONTEXT_BYTES + vllm_graph_bytes(i.settings.tensor_parallel_size, i.settings.enforce_eager))
          for i in served.instances] if served else [],
         {g["index"]: usable_mib(g) for g in listed}, outside)

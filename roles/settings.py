@@ -67,6 +67,9 @@ class LlamaCppInstance(_InstanceOnGpus):
                                            "(fetched on the control machine, HF_ENDPOINT for a mirror)")
     model_sha256: Sha256 | None = Field(None, description="sha256 of model_source (required with it; for hf:// "
                                                           "the hub's, which a value set here must equal)")
+    model_parts_sha256: list[Sha256] | None = Field(
+        None, description="sha256 of parts 2..N, in order, of a split GGUF model_source (NAME-00001-of-0000N.gguf, "
+                          "whose own is model_sha256); each part is placed beside the first and checked")
     port: int = Field(8080, ge=1024, le=65535, description="TCP port (>= 1024: the service user cannot bind lower)")
     listen: str = Field("127.0.0.1", description="address to listen on (--host)")
     n_gpu_layers: int = Field(99, ge=0, le=999, description="-ngl: layers on the GPU (99 = all)")

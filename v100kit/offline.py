@@ -43,6 +43,7 @@ from urllib.parse import urlparse
 from pyinfra.api.exceptions import PyinfraError
 
 from roles.engines import is_url, url_file_name
+from roles.llama_cpp.decide import model_parts
 from v100kit import offline_apt, offline_pypi
 from v100kit.hosts import ROOT, inventory_path, load_inventory
 
@@ -367,4 +368,7 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
             sha = inst.settings.model_sha256
             path = offline_pypi.fill_file(url, sha, directory / "models" / sha)
             report.append(f"{name}: {inst.name}: model {path.name} ({path.stat().st_size / 2**30:.2f} GiB)")
+            for part in model_parts(inst.settings, url, inst.model_path):  # the other parts of a split GGUF
+                path = offline_pypi.fill_file(part.source, part.sha256, directory / "models" / part.sha256)
+                report.append(f"{name}: {inst.name}: model part {path.name} ({path.stat().st_size / 2**30:.2f} GiB)")
     return report

@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
-from urllib.parse import quote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from roles import planner
 from roles.cuda.versions import Toolkit
@@ -45,6 +45,89 @@ STAMP = ".v100kit-build.json"
 UNQUANTIZED_KV = ("f16", "f32", "bf16")
 
 
+#: How llama.cpp names the parts of a split GGUF: NAME-00001-of-00003.gguf (src/llama.cpp, llama_split_path:
+#: "%s-%05d-of-%05d.gguf" with split_no + 1; tools/gguf-split writes them so). Its loader is given the first part
+#: and opens the others by that name in the same directory, as many as the first part's split.count
+#: (src/llama-model-loader.cpp; it refuses a file whose split.no is not 0). (H)
+SPLIT_GGUF_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class ModelPart:
+    """A further part (2..N) of a split GGUF: where it comes from (URL or control-machine path, like
+    model_source), where it goes on the host (beside the first part) and its sha256."""
+
+    source: str
+    dest: str
+    sha256: str
+
+
+def split_gguf(name: str) -> tuple[str, int, int] | None:
+    """(prefix, part number from 1, part count) of a split GGUF's file name; None for a one-file model (count 1 is
+    one file too)."""
+    m = SPLIT_GGUF_NAME.match(name)
+    if not m or int(m["count"]) <= 1:
+        return None
+    return m["prefix"], int(m["no"]), int(m["count"])
+
+
+def split_part_name(prefix: str, no: int, count: int) -> str:
+    """The file name of part `no` (from 1) of `count`, as llama.cpp's llama_split_path spells it."""
+    return f"{prefix}-{no:05d}-of-{count:05d}.gguf"
+
+
+def split_problems(key: str, inst: LlamaCppInstance, name: str) -> list[str]:
+    """A split GGUF (by its file `name`) must be given by its first part, with model_parts_sha256 holding one
+    sha256 per further part; model_parts_sha256 on anything else is refused. [] when all is in order."""
+    split = split_gguf(name)
+    parts = inst.model_parts_sha256
+    merge = "or merge the parts into one file with llama.cpp's `llama-gguf-split --merge FIRST-PART OUT.gguf`"
+    if split is None:
+        return [] if not parts else [problem(f"{key}.model_parts_sha256", parts,
+                                             f"{name} is not a split GGUF (NAME-00001-of-0000N.gguf)",
+                                             "leave model_parts_sha256 unset")]
+    prefix, no, count = split
+    if no != 1:
+        return [problem(f"{key}.model_source" if inst.model_source else f"{key}.model_path", name,
+                        f"part {no} of {count} of a split GGUF: llama.cpp loads a split model from its first part",
+                        f"give {split_part_name(prefix, 1, count)} ({merge})")]
+    if inst.model_path:
+        return [] if not parts else [problem(f"{key}.model_parts_sha256", parts, "the parts are already on the "
+                                             "host (model_path): nothing is placed or checked",
+                                             "leave model_parts_sha256 unset, or use model_source")]
+    if len(parts or []) != count - 1:
+        return [problem(f"{key}.model_parts_sha256", parts,
+                        f"{name} is the first of {count} parts of a split GGUF, each placed on the host and "
+                        f"checked: parts 2..{count} need {count - 1} sha256 values, {len(parts or [])} given",
+                        f"list the sha256 of {split_part_name(prefix, 2, count)}"
+                        + (f" .. {split_part_name(prefix, count, count)}" if count > 2 else "")
+                        + f" in order, {merge}")]
+    return []
+
+
+def model_parts(inst: LlamaCppInstance, source: str, model_path: str,
+                mirror: str | None = None) -> tuple[ModelPart, ...]:
+    """Parts 2..N of a split GGUF model_source (() for one file): each from the URL or directory of `source` (the
+    first part as placed; from `mirror` as MIRROR/<sha256>/<file name>, like the first), to model_path's
+    directory, with its sha256 from model_parts_sha256. Call after split_problems found none."""
+    split = split_gguf(Path(model_path).name)
+    if split is None or not inst.model_parts_sha256:
+        return ()
+    prefix, _, count = split
+    out = []
+    for no, sha in zip(range(2, count + 1), inst.model_parts_sha256):
+        name = split_part_name(prefix, no, count)  # as the URL spells it (percent-encoding kept), like the first
+        if mirror:  # named as `v100kit offline fill` stores it
+            src = f"{mirror.rstrip('/')}/{sha}/{quote(unquote(name))}"
+        elif is_url(source):
+            url = urlparse(source)
+            src = url._replace(path=url.path[:url.path.rindex("/") + 1] + name).geturl()
+        else:
+            src = str(Path(source).with_name(name))
+        out.append(ModelPart(src, str(Path(model_path).with_name(name)), sha))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Instance:
     name: str
@@ -57,6 +140,7 @@ class Instance:
     gpu_layers: int | None = None  # layers the memory plan keeps on the GPU where it offloads (allow_offload)
     serving: serving.Serving | None = None  # slots, context per request and KV pool (None: settings as given)
     server_flags: frozenset[str] | None = None  # the tree's llama-server flags (roles/llama_cpp/flags.py spellings)
+    parts: tuple[ModelPart, ...] = ()  # parts 2..N of a split GGUF model_source, placed beside model_path
 
     @property
     def n_gpu_layers(self) -> int:
@@ -427,6 +511,8 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     if not is_header_copy(path) and (actual := sha256_file(path)) != inst.model_sha256:
         return path, None, None, [problem(f"{key}.model_sha256", inst.model_sha256, f"the file's sha256 is {actual}",
                                           "check the file, then the checksum")], None
+    if parts_wrong := local_parts_problems(key, inst, path):
+        return path, None, None, parts_wrong, None
     try:
         model = planner.read_gguf(path)
     except Exception as e:  # not a GGUF file, or one the gguf package cannot read
@@ -444,6 +530,20 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     memory, even_more = memory_plan(key, inst, model, path, chosen, settings, gpus, tree.cuda_version, share)
     gpu_layers = model.n_layers - memory.layers_offloaded if memory and memory.outcome == "offload" else None
     return path, memory, chosen, problems + more + even_more, gpu_layers
+
+
+def local_parts_problems(key: str, inst: LlamaCppInstance, path: str) -> list[str]:
+    """Each further part of a split GGUF on the control machine must exist beside `path` with its sha256 from
+    model_parts_sha256; [] for one file (or when split_problems already refused the settings)."""
+    problems = []
+    for i, part in enumerate(model_parts(inst, path, path)):
+        if not Path(part.source).is_file():
+            problems.append(problem(f"{key}.model_source", path, f"part {part.source} of the split GGUF is missing "
+                                    "on the control machine", "put every part beside the first"))
+        elif (actual := sha256_file(part.source)) != part.sha256:
+            problems.append(problem(f"{key}.model_parts_sha256[{i}]", part.sha256,
+                                    f"{part.source}'s sha256 is {actual}", "check the file, then the checksum"))
+    return problems
 
 
 def _unify(inst: LlamaCppInstance, tree: Tree) -> bool:
@@ -470,18 +570,31 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
     """One llama-server@NAME: (Instance, problems) for its model, listen address and API key file. A model from
     model_source is placed as <base_service_home>/models/<file name>."""
     key = f"llama_cpp_instances.{name}"
-    model_source, memory, chosen, gpu_layers = None, None, None, None
+    model_source, memory, chosen, gpu_layers, parts = None, None, None, None, ()
     problems = one_model(key, inst, "set model_path (a file on the host) or model_source with model_sha256",
                          shown={k: v for k, v in inst.model_dump().items() if k.startswith("model")})
     if problems:
         model_path = inst.model_path or ""
     elif inst.model_path:
         model_path = inst.model_path
-        problems = host_model_problems(key, model_path, host_has_file)
+        problems = split_problems(key, inst, Path(model_path).name)
+        if (split := split_gguf(Path(model_path).name)) and not problems:  # llama.cpp opens every part
+            prefix, _, count = split
+            for no in range(1, count + 1):
+                problems += host_model_problems(key, str(Path(model_path).with_name(split_part_name(
+                    prefix, no, count))), host_has_file)
+        else:
+            problems += host_model_problems(key, model_path, host_has_file)
     else:
         # the name as the URL spells it (percent-encoding kept: no space reaches a unit file)
         model_path = f"{settings.base_service_home}/models/{Path(urlparse(inst.model_source).path).name}"
-        model_source, memory, chosen, problems, gpu_layers = source_model(key, inst, settings, gpus, tree, share)
+        problems = split_problems(key, inst, Path(model_path).name)
+        if not problems:
+            model_source, memory, chosen, problems, gpu_layers = source_model(key, inst, settings, gpus, tree, share)
+            parts = model_parts(inst, inst.model_source, model_path,
+                                settings.llama_cpp_model_mirror if is_url(inst.model_source) else None)
+            if not is_url(inst.model_source):
+                parts = tuple(replace(p, source=str(Path(p.source).expanduser())) for p in parts)
     problems += network_listener(key, inst.listen, bool(inst.api_key_file),
                                  "reachable from the network without an API key",
                                  "set api_key_file, or listen on 127.0.0.1 behind your own proxy")
@@ -501,7 +614,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
     more += extra_args_problems(f"{key}.extra_args", inst.extra_args, tree.server_flags) + typed_problems(
         key, inst, tree.server_flags, len(inst.gpus) if inst.gpus else gpu_count(settings, gpus))
     return (Instance(name, inst, model_path, model_source, api_key, memory, chosen.kv, gpu_layers, chosen,
-                     tree.server_flags), problems + more)
+                     tree.server_flags, parts), problems + more)
 
 
 def flash_attn_problems(instances: list[Instance]) -> list[str]:

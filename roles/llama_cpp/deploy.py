@@ -124,16 +124,17 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
     for inst in p.instances:
         changed = [unit, link]
         if inst.model_source:
-            sha = inst.settings.model_sha256
-            if is_url(inst.model_source):
-                model = files.download(name=f"{inst.name}: model", src=inst.model_source, dest=inst.model_path,
-                                       sha256sum=sha, user=user, group=user, mode="640",
-                                       extra_curl_args=CURL_RETRY)
-            else:
-                model = files.put(name=f"{inst.name}: model", src=inst.model_source, dest=inst.model_path,
-                                  user=user, group=user, mode="640")
-                verified(name=f"{inst.name}: model checksum", path=inst.model_path, sha256=sha)
-            changed.append(model)
+            # a split GGUF: every part, each against its own sha256 (llama.cpp opens them all from the first)
+            for what, src, dest, sha in [("model", inst.model_source, inst.model_path, inst.settings.model_sha256)] + [
+                    (f"model part {Path(p.dest).name}", p.source, p.dest, p.sha256) for p in inst.parts]:
+                if is_url(src):
+                    model = files.download(name=f"{inst.name}: {what}", src=src, dest=dest, sha256sum=sha,
+                                           user=user, group=user, mode="640", extra_curl_args=CURL_RETRY)
+                else:
+                    model = files.put(name=f"{inst.name}: {what}", src=src, dest=dest, user=user, group=user,
+                                      mode="640")
+                    verified(name=f"{inst.name}: {what} checksum", path=dest, sha256=sha)
+                changed.append(model)
         changed += instance_config(inst.name, CONFIG_DIR,
                                    environment(inst, p.source.flash_attn_style),
                                    "LLAMA_API_KEY", inst.api_key)

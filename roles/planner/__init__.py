@@ -52,6 +52,8 @@ from .vllm import (
     VLLM_TP_COMM_BYTES,
     VLLM_CUDA_GRAPH_BYTES,
     VLLM_CUDA_GRAPH_TP_BYTES,
+    VLLM_GRAPH_BYTES_PER_LAYER,
+    VLLM_GRAPH_TP_BYTES_PER_LAYER,
     VLLM_ENGINES,
     VLLM_SAMPLER_FP32_COPIES,
     plan_vllm,
@@ -70,7 +72,7 @@ __all__ = [
     "VLLM_BLOCK_SIZE", "VLLM_CHUNKED_PREFILL_ABOVE", "VLLM_CUDA_CONTEXT_BYTES", "VLLM_KV_CACHE_DTYPES",
     "VLLM_MIN_BATCHED_TOKENS", "VLLM_NON_TORCH_BYTES", "VLLM_TP_CANDIDATES", "VLLM_TP_COMM_BYTES",
     "hf_model_from_config", "hf_text_config", "kv_bytes_per_token", "plan_llama_cpp", "plan_vllm", "read_gguf",
-    "read_hf", "safetensors_sizes", "VLLM_CUDA_GRAPH_BYTES", "VLLM_CUDA_GRAPH_TP_BYTES", "VLLM_ENGINES",
+    "read_hf", "safetensors_sizes", "VLLM_CUDA_GRAPH_BYTES", "VLLM_CUDA_GRAPH_TP_BYTES", "VLLM_GRAPH_BYTES_PER_LAYER", "VLLM_GRAPH_TP_BYTES_PER_LAYER", "VLLM_ENGINES",
     "vllm_activation_bytes", "vllm_derived_max_len", "vllm_graph_bytes", "vllm_profiled_tokens",
     "VLLM_SAMPLER_FP32_COPIES", "vllm_sampler_bytes", "vllm_samples_in_profile",
 ]

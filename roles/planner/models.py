@@ -222,8 +222,16 @@ def _gguf_tensor_bytes(path: Path, reader: Any, n_layers: int) -> tuple[list[int
     layer_bytes = [0] * n_layers
     token_embd = output = 0
     names: set[str] = set()
-    for part in _gguf_parts(path, reader):
+    parts = _gguf_parts(path, reader)
+    n_tensors = 0
+    for no, part in enumerate(parts):
         part_reader = reader if part == path else gguf.GGUFReader(part)
+        # gguf-split's keys (llama.cpp tools/gguf-split, gguf-py constants Keys.Split): each part's split.no from 0,
+        # and the first part's split.tensors.count of all parts together
+        if len(parts) > 1 and int(_gguf_value(part_reader, "split.no") or 0) != no:
+            raise ValueError(f"{part}: split.no is {_gguf_value(part_reader, 'split.no')}, not {no}: not part "
+                             f"{no + 1} of this split GGUF")
+        n_tensors += len(part_reader.tensors)
         for t in part_reader.tensors:
             names.add(t.name)
             m = re.match(r"blk\.(\d+)\.", t.name)
@@ -236,6 +244,9 @@ def _gguf_tensor_bytes(path: Path, reader: Any, n_layers: int) -> tuple[list[int
                 token_embd += int(t.n_bytes)
             else:
                 output += int(t.n_bytes)
+    stated = _gguf_value(reader, "split.tensors.count")
+    if len(parts) > 1 and stated is not None and int(stated) != n_tensors:
+        raise ValueError(f"{path}: split.tensors.count is {stated} but the {len(parts)} parts hold {n_tensors} tensors")
     if len(layer_bytes) > n_layers:
         layer_bytes[n_layers - 1] += sum(layer_bytes[n_layers:])
         del layer_bytes[n_layers:]

@@ -89,6 +89,7 @@ class Plan:
     max_weight_bytes: int  # whole model: largest weights (same shape) that fit at the planned context; 0 if none
     decode_ceiling_tps: float  # tokens/s of one sequence at full context, from memory bandwidth
     reasons: list[str] = field(default_factory=list)
+    outside_bytes: int = 0  # vLLM: CUDA context + CUDA graphs per GPU outside gpu_memory_utilization; else 0
 
     @property
     def fits(self) -> bool:

@@ -71,11 +71,28 @@ VLLM_NON_TORCH_BYTES = 2 * GiB // 5
 #: Extra non-torch memory per GPU under tensor parallel (NCCL buffers, custom all-reduce): 0.39 GiB in all at TP 2
 #: (vllm#11251), 0.25 at TP 2 (#13061), 0.28 at TP 4 (#15039); 0.59-0.73 in older reports. (M)
 VLLM_TP_COMM_BYTES = GiB // 4
-#: CUDA graphs are captured after the KV cache is allocated, outside the gpu_memory_utilization share (vLLM logs
-#: "CUDA graphs can take additional 1~3 GiB memory per GPU"). The share left outside must hold the CUDA context and
-#: the graphs: vllm#11251 (TP 2, 16 GB) ran out of memory capturing graphs with 0.79 GiB outside and started with
-#: 1.58 GiB; vllm#7553 (TP 4, 24 GB) started with 2.4 GiB outside. Custom all-reduce adds graph buffers under
-#: tensor parallel. enforce_eager captures none. (M)
+#: CUDA graphs are captured after the KV cache is sized, outside the gpu_memory_utilization share, in every release
+#: the toolkit runs (read in the PyPI sdists): 0.8.5.post1 V0 sizes the KV cache as total x utilization - the
+#: profiled peak (vllm/worker/worker.py:253-256) and captures afterwards (worker.py:358, model_runner.py:1592 logs
+#: "Graph capturing finished in N secs, took X GiB"); 0.10.2 V1 likewise (vllm/v1/worker/gpu_worker.py:279 sizes,
+#: :344 captures); 0.19.1 profiles the graphs but subtracts them only with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1
+#: (gpu_worker.py:381-398; off by default, vllm/envs.py:1654; on by default from 0.21, as its own log line says).
+#: So the share left outside must hold the CUDA context and the graphs. Graph memory grows with the layers captured
+#: (each layer's kernels are nodes of every captured batch size's graph), per GPU after pipeline parallel:
+#: - tensor parallel (custom all-reduce buffers registered per graph): vllm#7553 (0.5.4, Yi-34B, 60 layers, TP 4,
+#:   24564 MiB at 0.90) ran at 23859 MiB on nvidia-smi, 1752 MiB above its 22107 MiB share: with the 400 MiB
+#:   context, 1352 MiB of graphs, 22.5 MiB a layer. Kept at 24: vllm#11251 (Llama-3.1-8B, 32 layers, TP 2, 16 GB)
+#:   ran out of memory capturing with 0.79 GiB outside (the estimate must exceed 809 MiB: 32 x 24 + 400 = 1168),
+#:   and issue 27's field report (a 7B fp16 model, 32 layers, 2 x V100-16GB, TP 2, 0.92, CUDA graphs, a month at
+#:   14.8 GB per card) ran with 1293 MiB outside (needs at most 1293: 1168).
+#: - one GPU: LMCache#3430 (Qwen3-8B, 36 layers, V1) logged "estimated CUDA graph memory 0.52 GiB": 14.8 MiB a
+#:   layer, kept at 16 (32 layers: 512 MiB, the figure the planner used before as a flat estimate).
+#: The capture sizes (up to max_num_seqs: 35 sizes at 256 in V0) are those of the logs' default max_num_seqs 256;
+#: not calibrated on another. enforce_eager captures none. (M)
+VLLM_GRAPH_BYTES_PER_LAYER = 16 * MiB
+VLLM_GRAPH_TP_BYTES_PER_LAYER = 24 * MiB
+#: Where the layers are unknown (another engine's claim on a shared GPU, planned without the vLLM model): the
+#: former flat estimate, above either per-layer figure for models up to 42 layers at TP 1 and 32 at TP > 1.
 VLLM_CUDA_GRAPH_BYTES = 512 * MiB
 VLLM_CUDA_GRAPH_TP_BYTES = 512 * MiB
 #: Engines the planner knows: V0 (the only one on Volta up to 0.10.1) and V1.
@@ -143,11 +160,16 @@ def vllm_activation_bytes(model: HfModel, tp: int, tokens: int, max_num_seqs: in
     return int(max(VLLM_ACTIVATION_FLOOR_BYTES, tokens * per_token + sampler))
 
 
-def vllm_graph_bytes(tp: int, enforce_eager: bool) -> int:
-    """CUDA graph memory per GPU, outside the gpu_memory_utilization share (0 with enforce_eager)."""
+def vllm_graph_bytes(tp: int, enforce_eager: bool, n_layers: int | None = None) -> int:
+    """CUDA graph memory per GPU (bytes), outside the gpu_memory_utilization share: n_layers (the layers one GPU
+    holds, after pipeline parallel) x VLLM_GRAPH_BYTES_PER_LAYER, or x VLLM_GRAPH_TP_BYTES_PER_LAYER under tensor
+    parallel; with n_layers None the flat VLLM_CUDA_GRAPH_BYTES (+ VLLM_CUDA_GRAPH_TP_BYTES under TP). 0 with
+    enforce_eager."""
     if enforce_eager:
         return 0
-    return VLLM_CUDA_GRAPH_BYTES + (VLLM_CUDA_GRAPH_TP_BYTES if tp > 1 else 0)
+    if n_layers is None:
+        return VLLM_CUDA_GRAPH_BYTES + (VLLM_CUDA_GRAPH_TP_BYTES if tp > 1 else 0)
+    return n_layers * (VLLM_GRAPH_TP_BYTES_PER_LAYER if tp > 1 else VLLM_GRAPH_BYTES_PER_LAYER)
 
 
 @dataclass(frozen=True)
@@ -263,10 +285,16 @@ def _utilization_refusal(c: _VllmCase) -> str | None:
     """A gpu_memory_utilization that leaves less than the CUDA context plus the CUDA graphs (unless enforce_eager)
     outside vLLM's budget; None if it does not."""
     outside = c.gpu_bytes - c.budget
-    graphs = vllm_graph_bytes(c.tp, c.enforce_eager)
+    graphs = _graphs(c)
     if outside < VLLM_CUDA_CONTEXT_BYTES + graphs:
         return messages.vllm_utilization_leaves_no_context(c.util, outside, VLLM_CUDA_CONTEXT_BYTES, graphs)
     return None
+
+
+def _graphs(c: _VllmCase) -> int:
+    """CUDA graph bytes per GPU for this case: the layers of the heaviest pipeline stage."""
+    layers = max(pp_partition(c.model.n_layers, c.pipeline_parallel)) if c.pipeline_parallel > 1 else c.model.n_layers
+    return vllm_graph_bytes(c.tp, c.enforce_eager, layers)
 
 
 def _opts(c: _VllmCase) -> dict:
@@ -375,5 +403,5 @@ def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len
         total_bytes=c.weights + kv_one + compute, context=max_model_len,
         kv_bytes_per_token=kv_bytes_per_token(model.n_layers, model.n_kv_heads, model.head_dim, kv_cache_dtype),
         layers_offloaded=0, max_context_that_fits=max_ctx, max_weight_bytes=max(0, (c.budget - compute - kv_one) * tp * c.pipeline_parallel),
-        decode_ceiling_tps=tps, reasons=reasons,
+        decode_ceiling_tps=tps, reasons=reasons, outside_bytes=VLLM_CUDA_CONTEXT_BYTES + _graphs(c),
     )

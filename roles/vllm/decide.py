@@ -26,8 +26,8 @@ from roles.settings import Settings, VllmInstance, problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
 from roles.vllm.flags import extra_args_problems, known_flags, typed_args, typed_problems
 from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, NO_SM70_WHEELS_WHY, QUANT_MIN_CAPABILITY,
-                                 SOFTCAP_MIN_CAPABILITY, TORCH_SM70, UV_VERSION, VLLM_RELEASES, VllmRelease,
-                                 release_after_sm70_wheels)
+                                 QUANT_PACKAGES, SOFTCAP_MIN_CAPABILITY, TORCH_SM70, UV_VERSION, VLLM_RELEASES,
+                                 VllmRelease, release_after_sm70_wheels)
 
 VENV_ROOT = "/opt/vllm"
 CURRENT = f"{VENV_ROOT}/current"
@@ -167,6 +167,37 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
                                 f"({kv_reason(inst.kv_cache_dtype, release)}; roles/vllm/versions.py)",
                                 f"use one of {', '.join(release.kv_cache_dtypes)}"))
     return problems
+
+
+def locked_packages(text: str) -> frozenset[str]:
+    """The package names a lock file pins ("name==version" lines of tools/lock_vllm.py's output), normalized as
+    PEP 503 does (lower case, runs of -_. as one -)."""
+    names = (re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", line) for line in text.splitlines())
+    return frozenset(re.sub(r"[-_.]+", "-", m[1]).lower() for m in names if m)
+
+
+def quant_package_problems(key: str, config: dict, rel: VllmRelease, lock_name: str,
+                           locked: frozenset[str] | None) -> list[str]:
+    """A quantization method whose Python package (QUANT_PACKAGES, read from the release's code) the chosen lock
+    does not install, or that the release does not have at all: vLLM would start and fail at model load. `locked`:
+    locked_packages of the lock (None: unread, nothing checked). [] when none."""
+    c = planner.hf_text_config(config)
+    quant = config.get("quantization_config") or c.get("quantization_config") or {}
+    method = str(quant.get("quant_method") or "").lower()
+    need = QUANT_PACKAGES.get(rel.version, {}).get(method)
+    if locked is None or need is None:
+        return []
+    package, minimum, where = need
+    other = "a GPTQ or fp16 build of the model, or llama.cpp with a GGUF quant (Q4_K_M)"
+    if package is None:
+        return [problem(f"{key}.model", f"quant_method {method}", f"vLLM {rel.version} has no {method} method "
+                        f"({where})", f"use {other}, or another vllm_version")]
+    if re.sub(r"[-_.]+", "-", package).lower() in locked:
+        return []
+    return [problem(f"{key}.model", f"quant_method {method}",
+                    f"vLLM {rel.version} imports {package}>={minimum} for it (vllm/model_executor/layers/"
+                    f"quantization/{where}), and the lock {lock_name} does not install {package}: the instance would "
+                    "start and fail at model load", f"use {other}; the toolkit installs only the release's lock")]
 
 
 def head_size_problems(key: str, hf: planner.HfModel, rel: VllmRelease) -> list[str]:
@@ -406,10 +437,12 @@ def refusals(key: str, inst: VllmInstance, reasons: list[str]) -> list[str]:
 
 
 def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease, gpus: list[GpuInfo],
-             host_model: Callable[[str], dict | None], pipeline_parallel: int = 1) -> tuple[Instance, list[str]]:
+             host_model: Callable[[str], dict | None], pipeline_parallel: int = 1,
+             lock: tuple[str, frozenset[str]] | None = None) -> tuple[Instance, list[str]]:
     """One vllm@NAME: (Instance, problems) for its GPUs, listen address, API key file and model (config.json
     refusals, then memory when those pass and tensor parallel fits, per node of `pipeline_parallel` nodes). dtype
-    auto is served as half below 8.0."""
+    auto is served as half below 8.0. lock: (lock file name, locked_packages) of the venv, against which the
+    model's quantization package is checked (None: not checked)."""
     key = f"vllm_instances.{name}"
     n_gpus = gpu_count(settings, gpus)
     visible = len(inst.gpus or range(n_gpus))
@@ -432,7 +465,8 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     problems += more + more2
     mplan = None
     if config is not None:
-        problems += (more := model_problems(key, inst, config, cc, rel) + head_size_problems(key, hf, rel))
+        problems += (more := model_problems(key, inst, config, cc, rel) + head_size_problems(key, hf, rel)
+                     + (quant_package_problems(key, config, rel, *lock) if lock else []))
         if not more and inst.tensor_parallel_size <= visible:
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
                                  rel.version, pipeline_parallel, rel.profile_tokens)
@@ -473,7 +507,8 @@ def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], drive
     instances = []
     for name, inst in items:
         resolved, more = instance(name, inst, settings, rel, gpus, host_model,
-                                  cluster.pipeline_parallel_size if cluster else 1)
+                                  cluster.pipeline_parallel_size if cluster else 1,
+                                  (lock_path.name, locked_packages(lock_path.read_text())) if lock_sha else None)
         problems += clashes[name] + more
         instances.append(resolved)
     problems += shared_gpu_problems(settings.vllm_instances, gpu_count(settings, gpus))

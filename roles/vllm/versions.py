@@ -195,6 +195,41 @@ QUANT_MIN_CAPABILITY: dict[str, tuple[int, int]] = {
     "awq": (7, 5), "awq_marlin": (8, 0), "marlin": (8, 0), "gptq_marlin": (8, 0), "gptq_marlin_24": (8, 0),
     "compressed-tensors": (8, 0), "compressed_tensors": (8, 0), "fp8": (8, 9), "fbgemm_fp8": (8, 9),
     "modelopt": (8, 9), "gptq": (6, 0), "bitsandbytes": (7, 0), "gguf": (6, 0),
+    # read in the releases' code (vllm/model_executor/layers/quantization/<method>.py get_min_capability, the same
+    # in 0.8.5.post1 and 0.10.2); (H)
+    "torchao": (7, 5), "bitblas": (7, 0), "deepspeedfp": (6, 0),
+}
+
+#: The Python package vLLM imports for a quantization method (config.json quantization_config.quant_method, which
+#: vLLM lower-cases: 0.8.5.post1 vllm/config.py:766, 0.10.2 vllm/config/__init__.py:1148), per release: method ->
+#: (package as a lock names it, the lowest version vLLM accepts, where the release imports it). Read in each
+#: release's source distribution on PyPI (vllm-<version>.tar.gz, sha256 57608f44... for 0.10.2, 9fb88ce6... for
+#: 0.19.1, 5e5be78e... for 0.8.5.post1), vllm/model_executor/layers/quantization/. Without the package in the venv
+#: the instance starts and fails at model load ("Please install bitsandbytes>=... via `pip install ...`"). A
+#: method vLLM implements with its own kernels (gptq, awq, fp8, gguf's reader, compressed-tensors: a locked
+#: dependency) is not listed. None as the package: the release has no such method (its file is gone). (H)
+QUANT_PACKAGES: dict[str, dict[str, tuple[str | None, str, str]]] = {
+    "0.8.5.post1": {
+        "bitsandbytes": ("bitsandbytes", "0.45.3", "bitsandbytes.py:158, BitsAndBytesLinearMethod.__init__"),
+        "torchao": ("torchao", "0.10.0", "torchao.py:41, TorchAOConfig.from_config"),
+        "bitblas": ("bitblas", "0.1.0", "bitblas.py:45, BitBLASConfig.__init__ (utils/bitblas_utils.py:9)"),
+        "gptq_bitblas": ("bitblas", "0.1.0", "gptq_bitblas.py:62, GPTQBitBLASConfig.__init__"),
+        "deepspeedfp": ("deepspeed", "0.14.2", "deepspeedfp.py:145, DeepSpeedFPParameter.__new__"),
+    },
+    "0.10.2": {
+        "bitsandbytes": ("bitsandbytes", "0.46.1", "bitsandbytes.py:173, BitsAndBytesLinearMethod.__init__"),
+        "torchao": ("torchao", "0.10.0", "torchao.py:83, TorchAOConfig.from_config"),
+        "bitblas": ("bitblas", "0.1.0", "bitblas.py:48, BitBLASConfig.__init__ (utils/bitblas_utils.py:11)"),
+        "gptq_bitblas": ("bitblas", "0.1.0", "gptq_bitblas.py:66, GPTQBitBLASConfig.__init__"),
+        "deepspeedfp": ("deepspeed", "0.14.2", "deepspeedfp.py:148, DeepSpeedFPParameter.__new__"),
+    },
+    "0.19.1": {
+        "bitsandbytes": ("bitsandbytes", "0.48.1", "bitsandbytes.py:31-34, _check_bitsandbytes_version (CUDA)"),
+        "torchao": ("torchao", "0.10.0", "torchao.py:143, TorchAOConfig.from_config"),
+        "bitblas": (None, "", "no bitblas.py in 0.19.1's quantization package"),
+        "gptq_bitblas": (None, "", "no gptq_bitblas.py in 0.19.1's quantization package"),
+        "deepspeedfp": (None, "", "no deepspeedfp.py in 0.19.1's quantization package"),
+    },
 }
 
 #: bf16 needs compute capability 8.0; below it vLLM fails or silently uses float32: pass --dtype half. (vllm#946; H)

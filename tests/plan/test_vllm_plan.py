@@ -153,3 +153,45 @@ def test_plan_vision_model_on_0_10_2_refused_on_volta_with_the_releases_that_run
     assert any("systemctl start vllm@tiny" in str(c) for c in plan_commands(UBUNTU_2404, text_only, responses=TWO_V100))
     data["vllm_version"] = "0.19.1"
     assert any("systemctl start vllm@vl" in str(c) for c in plan_commands(UBUNTU_2404, data, responses=TWO_V100))
+
+
+#: A bitsandbytes 4-bit build's quantization_config as such repositories ship it (the keys transformers'
+#: BitsAndBytesConfig.to_dict writes; e.g. unsloth/llama-3-8b-bnb-4bit's config.json).
+BNB_4BIT = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
+            "bnb_4bit_quant_type": "nf4", "bnb_4bit_compute_dtype": "float16", "bnb_4bit_use_double_quant": True}
+
+
+@pytest.mark.parametrize("version", ["0.8.5.post1", "0.10.2", "0.19.1"])
+def test_plan_quantization_whose_package_the_lock_lacks_is_refused_before_any_command(tmp_path, version):
+    """vLLM imports bitsandbytes for quant_method bitsandbytes (vllm/model_executor/layers/quantization/
+    bitsandbytes.py in each release's sdist: "Please install bitsandbytes>=... via `pip install ...`") and accepts
+    the method on 7.0 (its get_min_capability is 70). The release's lock, read here as text, pins no bitsandbytes,
+    so the venv would not have it: refused before any command, naming the lock and the fix. The same lock with a
+    bitsandbytes pin added (vllm_lock_dir) plans: the check reads the lock, not a fixed list."""
+    from lab.models import write_tiny_hf
+    py312 = Path(__file__).resolve().parents[2] / f"files/vllm/vllm-{version}-py3.12.txt"
+    assert not [line for line in py312.read_text().splitlines() if line.lower().startswith("bitsandbytes==")]
+    model = write_tiny_hf(tmp_path / "bnb", config={"quantization_config": BNB_4BIT})
+    data = {"vllm_version": version, "vllm_instances": {"tiny": {"model_source": str(model)}}}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, data, responses=TWO_V100)
+    text = str(e.value)
+    assert "vllm_instances.tiny.model" in text and "quant_method bitsandbytes" in text
+    assert f"the lock {py312.name} does not install bitsandbytes" in text and "GPTQ" in text
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / py312.name).write_text(py312.read_text() + "bitsandbytes==0.48.1 \\\n    --hash=sha256:" + "0" * 64
+                                    + "\n")
+    cmds = plan_commands(UBUNTU_2404, {**data, "vllm_lock_dir": str(locks)}, responses=TWO_V100)
+    assert any("systemctl start vllm@tiny" in str(c) for c in cmds)
+
+
+def test_plan_quantization_method_the_release_dropped_is_refused(tmp_path):
+    """0.19.1's sdist has no vllm/model_executor/layers/quantization/deepspeedfp.py (0.10.2's has, importing
+    deepspeed): a deepspeedfp model on 0.19.1 is refused as a method the release lacks."""
+    from lab.models import write_tiny_hf
+    model = write_tiny_hf(tmp_path / "dsfp", config={"quantization_config": {
+        "quant_method": "deepspeedfp", "bits": 8, "group_size": 512}})
+    with pytest.raises(SettingsError, match=r"vLLM 0.19.1 has no deepspeedfp method"):
+        plan_commands(UBUNTU_2404, {"vllm_version": "0.19.1", "vllm_instances": {"tiny": {"model_source": str(model)}}},
+                      responses=TWO_V100)
