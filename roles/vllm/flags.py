@@ -28,6 +28,8 @@ OWNED: dict[str, str] = {
     "--max-num-batched-tokens": "max_num_batched_tokens", "--swap-space": "swap_space",
     "--chat-template": "chat_template", "--tool-call-parser": "tool_call_parser",
     **dict.fromkeys(("--enable-auto-tool-choice", "--no-enable-auto-tool-choice"), "enable_auto_tool_choice"),
+    **dict.fromkeys(("--enable-log-requests", "--no-enable-log-requests", "--disable-log-requests",
+                     "--no-disable-log-requests"), "vllm_log_requests"),
 }
 
 
@@ -42,6 +44,26 @@ def known_flags(version: str) -> frozenset[str] | None:
         return frozenset(json.loads(flags_file(version).read_text())["flags"])
     except (OSError, ValueError, KeyError):
         return None
+
+
+def request_log_args(known: frozenset[str] | None, on: bool) -> list[str] | None:
+    """The flags that turn vLLM's request logger (each request's prompt, at INFO, to the journal) on or off, in the
+    spelling of the release's own parser (`known`, files/vllm/<version>.flags.json); None where the parser has
+    neither spelling or is not known (the plan refuses that).
+
+    Releases up to 0.10 log every request unless started with --disable-log-requests (0.8.5.post1's parser has
+    only that flag, so its default logs prompts); from 0.10 AsyncEngineArgs has enable_log_requests (default
+    False) and --disable-log-requests is a deprecated alias, gone by 0.19.1 (its parser lists only
+    --enable-log-requests / --no-enable-log-requests). The toolkit says what it wants explicitly in every release:
+    --no-enable-log-requests where the parser has it, so a release whose default flips back cannot log prompts
+    unseen."""
+    if known is None:
+        return None
+    if "--enable-log-requests" in known and "--no-enable-log-requests" in known:
+        return ["--enable-log-requests" if on else "--no-enable-log-requests"]
+    if "--disable-log-requests" in known:
+        return [] if on else ["--disable-log-requests"]
+    return None
 
 
 def typed_args(s: VllmInstance) -> list[str]:
