@@ -28,7 +28,7 @@ from tests.unit.test_llama_cpp_tree import PLACES
 CALL = re.compile(r"\b(SLT|SRV|QUE|LOG)_(DBG|TRC|INF|WRN|ERR|CNT)\s*\(")
 #: expressions that carry request or response text into a log line
 TEXT = ("detokenize", "req.body", "res.body", "generated_text", "token_str", "to_json(", "safe_json_to_str",
-        "tokens_to_str", "token_to_piece", ".dump(", "prompt.c_str", "content.c_str", "body.c_str")
+        "tokens_to_str", "token_to_piece", ".dump(", "prompt.c_str", "content.c_str", "body.c_str", "text.c_str")
 #: the known exception, read in the 0.3.36 tree: tools/server/server-chat.cpp logs an Anthropic billing header
 #: (a system text starting "x-anthropic-billing-header:") at ERR when its cch= field is malformed. Not a user
 #: prompt in normal use, but request text all the same: listed so that any other such line fails the test
