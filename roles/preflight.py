@@ -19,6 +19,7 @@ from roles.cuda.versions import Toolkit
 from roles.engines import (describe_outside, gpu_claims, gpu_count, gpu_sum_problems, host_gpus, outside_use,
                            usable_mib)
 from roles.llama_cpp import decide as llama_cpp
+from roles.monitoring import decide as monitoring
 from roles.nvidia_driver import decide as nvidia_driver
 from roles.facts import HostTraits
 from roles.nvidia_driver.facts import (DriverPackages, InstalledKernels, KernelMetapackages, NvidiaGpus, RunfileDriver,
@@ -73,6 +74,7 @@ class HostPlan:
     gpu_claims: dict = field(default_factory=dict)
     ray: ray.RayPlan | None = None  # None: not a node of a Ray cluster
     gpus: list = field(default_factory=list)  # the NvidiaGpus fact: per GPU its memory and processes
+    monitoring: monitoring.MonitoringPlan | None = None  # None: monitoring_enabled off (or refused)
 
 
 def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> HostPlan:
@@ -132,11 +134,14 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     claims = gpu_claims_of(settings, gpus, llama, served)
     problems += gpu_sum_problems(claims, {g["index"]: usable_mib(g) for g in host_gpus(settings, gpus)},
                                  {g["index"]: describe_outside(g) for g in gpus})
+    watch, more = monitoring.plan(settings, driver.pin, llama, served) if driver else (None, [])
+    problems += more
     if problems or driver is None:
         raise SettingsError(host.name, problems)
     for line in filter(None, (describe_outside(g) for g in gpus)):
         logger.warning(f"[{host.name}] {line}")
-    return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster, gpus=gpus)
+    return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster, gpus=gpus,
+                    monitoring=watch)
 
 
 def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> list[ray.Node]:
