@@ -190,3 +190,26 @@ def test_turned_off_again_removes_the_timers_and_the_drop_in():
     for path in (DROPIN, "/etc/v100kit/doctor-local.json", *(f"/etc/systemd/system/{u}" for u in UNITS)):
         assert f"rm -f {path}" in off, path
     assert not [c for c in off if "apt-get" in c]  # the package stays (stopped and disabled)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_the_plan_says_whether_prompts_are_logged_and_where(on):
+    """`v100kit plan` (read-only preflight of a fake host, tests/plan/harness.py preflight_cluster) says per engine
+    whether its request logger runs, and that its prompts then go to the journal."""
+    from tests.plan.harness import preflight_cluster
+    from v100kit.plan import summarize, table
+
+    data = {"llama_cpp_instances": {"tiny": {"model_source": "https://models.example/tiny.gguf",
+                                             "model_sha256": "a" * 64}},
+            "llama_cpp_log_requests": on, "monitoring_enabled": True}
+    node, plan = preflight_cluster({"box": (DEBIAN_13, data, {})}, {}, "box")
+    out = summarize(node, plan)
+    line = next(x for x in table({"box": out}).splitlines() if x.startswith("   llama-server request logging"))
+    if on:
+        assert "on: each request's prompt and generated tokens go to the journal" in line, line
+        assert "journalctl -u llama-server@NAME" in line
+    else:
+        assert "off: -lv 4 logs no request text" in line, line
+    assert out["monitoring"]["node_exporter"] == "127.0.0.1:9100"
+    assert any(x.startswith("   monitoring: node exporter on 127.0.0.1:9100 (loopback only)")
+               for x in table({"box": out}).splitlines())
