@@ -412,8 +412,9 @@ class Settings(BaseModel):
         300, ge=30, le=86400, description="seconds between two runs of the doctor's host-local checks on the box "
                                           "(v100kit_check_ok metrics)")
     monitoring_textfile_dir: HostPath = Field(
-        "/var/lib/prometheus/node-exporter", description="the node exporter's textfile collector directory "
-                                                         "(Debian's and Ubuntu's compiled-in default)")
+        "/var/lib/prometheus/node-exporter", description="the node exporter's textfile collector directory, passed "
+                                                         "to it explicitly (the default of Debian's package, which "
+                                                         "ships the directory)")
     monitoring_credentials_dir: str = Field(
         "/etc/prometheus/v100kit", pattern=r"^/[A-Za-z0-9._+@:,=/-]*$",
         description="directory on the Prometheus server holding each keyed engine instance's API key "

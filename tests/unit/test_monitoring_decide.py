@@ -77,6 +77,11 @@ def test_a_ray_clusters_instance_is_scraped_on_its_head_only():
     assert decide.targets("n2", "n2", settings(**s)) == []
 
 
+def test_metrics_md_lists_every_metric():
+    text = (ROOT / "roles/monitoring/METRICS.md").read_text()
+    assert [n for n in decide.METRICS if f"| `{n}` |" not in text] == []
+
+
 def test_serious_xids_are_the_doctors():
     assert set(decide.SERIOUS_XIDS) == SERIOUS_XIDS
 
