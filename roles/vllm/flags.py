@@ -47,16 +47,19 @@ def known_flags(version: str) -> frozenset[str] | None:
 
 
 def request_log_args(known: frozenset[str] | None, on: bool) -> list[str] | None:
-    """The flags that turn vLLM's request logger (each request's prompt, at INFO, to the journal) on or off, in the
-    spelling of the release's own parser (`known`, files/vllm/<version>.flags.json); None where the parser has
-    neither spelling or is not known (the plan refuses that).
+    """The flags that turn vLLM's request logger on or off, in the spelling of the release's own parser (`known`,
+    files/vllm/<version>.flags.json, from make_arg_parser); None where the parser has neither spelling or is not
+    known (the plan refuses that). The request logger (vllm/entrypoints/logger.py RequestLogger) logs "Received
+    request %s: prompt: %r, ..." at INFO for every request: into the journal, under systemd.
 
-    Releases up to 0.10 log every request unless started with --disable-log-requests (0.8.5.post1's parser has
-    only that flag, so its default logs prompts); from 0.10 AsyncEngineArgs has enable_log_requests (default
-    False) and --disable-log-requests is a deprecated alias, gone by 0.19.1 (its parser lists only
-    --enable-log-requests / --no-enable-log-requests). The toolkit says what it wants explicitly in every release:
-    --no-enable-log-requests where the parser has it, so a release whose default flips back cannot log prompts
-    unseen."""
+    0.8.5.post1's parser has only --disable-log-requests (AsyncEngineArgs.disable_log_requests, default False: the
+    OpenAI server creates the logger unless it is given), so its default logs every prompt. 0.10.2's parser has
+    --[no-]enable-log-requests and the old --[no-]disable-log-requests beside it (vllm/engine/arg_utils.py of that
+    line: AsyncEngineArgs.enable_log_requests = False, disable_log_requests a deprecated property "removed in
+    v0.12.0"); 0.19.1's has only --[no-]enable-log-requests. Read in vLLM's code through the search corpus, not
+    per pinned wheel; what the toolkit relies on is the flags files alone: it says what it wants explicitly in every
+    release (--no-enable-log-requests where the parser has it), so a release whose default flips cannot log
+    prompts unseen."""
     if known is None:
         return None
     if "--enable-log-requests" in known and "--no-enable-log-requests" in known:
