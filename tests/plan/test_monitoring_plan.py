@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 import roles.monitoring.deploy as role
 from roles.settings import SettingsError
-from tests.plan.harness import DEBIAN_13, converged, plan_commands, plan_uploads, plan_uploads_raw
+from tests.plan.harness import DEBIAN_13, ROOT, converged, plan_commands, plan_uploads, plan_uploads_raw
 
 DROPIN = "/etc/systemd/system/prometheus-node-exporter.service.d/v100kit.conf"
 TIMERS = ("v100kit-gpu-exporter.timer", "v100kit-doctor.timer")
@@ -105,7 +104,7 @@ def test_timers_run_the_scripts_as_the_service_user_into_the_textfile_directory(
     assert "OnUnitActiveSec=20s" in uploads["/etc/systemd/system/v100kit-gpu-exporter.timer"]
     assert "OnUnitActiveSec=600s" in uploads["/etc/systemd/system/v100kit-doctor.timer"]
     # the doctor's own residency judgement travels with it
-    assert uploads["/usr/local/lib/v100kit/residency.py"] == Path("roles/llama_cpp/residency.py").read_text()
+    assert uploads["/usr/local/lib/v100kit/residency.py"] == (ROOT / "roles/llama_cpp/residency.py").read_text()
     assert "chown root:llm /var/lib/prometheus/node-exporter" in [str(c) for c in cmds]
 
 
