@@ -12,6 +12,7 @@ from roles.base.deploy import base
 from roles.cuda.deploy import cuda
 from roles.gpu_policy.deploy import gpu_policy
 from roles.llama_cpp.deploy import llama_cpp
+from roles.monitoring.deploy import monitoring
 from roles.nvidia_driver.deploy import nvidia_driver
 from roles.preflight import preflight
 from roles.tuning.deploy import tuning
@@ -34,4 +35,5 @@ llama_cpp(plan.settings, plan.llama_cpp)                   # llama.cpp for sm_70
 venv = vllm_venv(plan.settings, plan.vllm)                 # hash-locked vLLM venv (Ray runs from it too)
 ray(plan.settings, plan.ray, venv)                         # ray-head / ray-worker of a multi-box cluster
 vllm(plan.settings, plan.vllm, venv)                       # vllm@NAME units (a cluster's: on its head)
+monitoring(plan.settings, plan.monitoring)                 # node exporter + GPU exporter and doctor timers
 # (a role without configured instances only stops and unconfigures the ones an earlier deploy set up)

@@ -30,6 +30,21 @@ def llama_hosts() -> tuple[str, ...]:
     """The lab hosts with the tiny llama-server instance now: LLAMA_HOSTS, and SECOND_TOOLKIT_HOST while
     SECOND_TOOLKIT_ENV is 1 (read at each call: pyinfra's inventory runs in a subprocess of the tests)."""
     return LLAMA_HOSTS + ((SECOND_TOOLKIT_HOST,) if os.environ.get(SECOND_TOOLKIT_ENV) == "1" else ())
+#: The full tier's monitoring suite (tests/lab/test_monitoring.py) sets MONITORING_ENV=1 for its deploys and checks:
+#: host_data then turns the monitoring role on for the bundled hosts, each node exporter on its own loopback port
+#: (the hosts share the machine's network), the timers run often so that a check's flip shows within a minute.
+MONITORING_ENV = "V100KIT_LAB_MONITORING"
+MONITORING_PORTS = {"lab-bookworm": 19101, "lab-trixie": 19102}
+
+
+def monitoring_data(spec: HostSpec) -> dict:
+    """The monitoring settings of a bundled host while MONITORING_ENV is 1 (read at each call), else {}."""
+    if os.environ.get(MONITORING_ENV) != "1" or spec.name not in MONITORING_PORTS:
+        return {}
+    return {"monitoring_enabled": True, "monitoring_node_exporter_port": MONITORING_PORTS[spec.name],
+            "monitoring_gpu_interval_s": 5, "monitoring_doctor_interval_s": 30}
+
+
 #: Lab hosts with a vLLM instance: Debian 12, whose Python 3.11 has wheels for the default vLLM (Debian 13's 3.13
 #: has none for it: tests/lab/test_vllm.py checks that refusal). Its port:
 VLLM_HOSTS = ("lab-bookworm",)
@@ -138,4 +153,5 @@ def host_data(spec: HostSpec) -> dict:
         data["vllm_instances"] = {"tiny": vllm_instance()}
     if spec.group == CLUSTER_GROUP:
         data.update(cluster_data())
+    data.update(monitoring_data(spec))
     return data

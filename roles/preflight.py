@@ -21,6 +21,7 @@ from roles.gpu_policy.facts import GpuPolicyCards
 from roles.engines import (describe_outside, gpu_claims, gpu_count, gpu_sum_problems, host_gpus, outside_use,
                            usable_mib)
 from roles.llama_cpp import decide as llama_cpp
+from roles.monitoring import decide as monitoring
 from roles.nvidia_driver import decide as nvidia_driver
 from roles.facts import HostTraits
 from roles.nvidia_driver.facts import (DriverPackages, InstalledKernels, KernelMetapackages, NvidiaGpus, RunfileDriver,
@@ -77,6 +78,7 @@ class HostPlan:
     gpus: list = field(default_factory=list)  # the NvidiaGpus fact: per GPU its memory and processes
     #: the GPU policy (power limit, application clocks, compute mode, ECC); None: none set, or no GPU visible
     gpu_policy: gpu_policy.GpuPolicyPlan | None = None
+    monitoring: monitoring.MonitoringPlan | None = None  # None: monitoring_enabled off (or refused)
 
 
 def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> HostPlan:
@@ -139,12 +141,14 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     claims = gpu_claims_of(settings, gpus, llama, served)
     problems += gpu_sum_problems(claims, {g["index"]: usable_mib(g) for g in host_gpus(settings, gpus)},
                                  {g["index"]: describe_outside(g) for g in gpus})
+    watch, more = monitoring.plan(settings, driver.pin, llama, served) if driver else (None, [])
+    problems += more
     if problems or driver is None:
         raise SettingsError(host.name, problems)
     for line in filter(None, (describe_outside(g) for g in gpus)):
         logger.warning(f"[{host.name}] {line}")
     return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster, gpus=gpus,
-                    gpu_policy=policy)
+                    gpu_policy=policy, monitoring=watch)
 
 
 def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> list[ray.Node]:

@@ -365,6 +365,10 @@ class Settings(BaseModel):
     llama_cpp_start_timeout_s: int = Field(
         600, ge=10, le=7200, description="after a (re)start on a GPU host, how long the deploy waits for /health "
                                          "before it checks that the server runs on the GPU (loading reads the model)")
+    llama_cpp_log_requests: bool = Field(
+        False, description="write each request's prompt and generated tokens to the journal (llama-server -lv 5, "
+                           "debug: its 'launching slot' line carries the prompt); false: -lv 4, which logs no "
+                           "request text (tests/unit/test_prompt_logging.py reads each pinned tree)")
     llama_cpp_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], LlamaCppInstance] = Field(
         default_factory=dict, description="llama-server instances by name; the role builds llama.cpp when any is set")
 
@@ -385,6 +389,10 @@ class Settings(BaseModel):
                     "pinned sha256 is checked whatever the source")
     vllm_lock_dir: str | None = Field(
         None, description="control-machine directory of lock files; None: files/vllm (tools/lock_vllm.py)")
+    vllm_log_requests: bool = Field(
+        False, description="write each request's prompt to the journal (vLLM's request logger: "
+                           "--enable-log-requests, or no --disable-log-requests where the release has only that "
+                           "flag); false: the release's flag that turns it off")
     vllm_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], VllmInstance] = Field(
         default_factory=dict, description="vLLM servers by name; the role installs vLLM when any is set")
 
@@ -406,6 +414,36 @@ class Settings(BaseModel):
     ray_min_worker_port: int = Field(10002, ge=1024, le=65535, description="first port of Ray's worker processes")
     ray_max_worker_port: int = Field(10999, ge=1024, le=65535, description="last port of Ray's worker processes")
 
+    # -- monitoring (roles/monitoring: node exporter, GPU exporter and doctor timers, scrape configuration) ------
+    monitoring_enabled: bool = Field(
+        False, description="install prometheus-node-exporter (the distribution's) with its textfile collector, and "
+                           "the timers that write the GPU exporter's and the doctor's metrics there; false: remove "
+                           "the timers and the exporter's configuration an earlier deploy set up")
+    monitoring_listen_address: str = Field(
+        "127.0.0.1", description="address the node exporter listens on (it has no authentication: loopback unless "
+                                 "monitoring_scrapers names who may connect)")
+    monitoring_node_exporter_port: int = Field(
+        9100, ge=1024, le=65535, description="the node exporter's TCP port (9100: Prometheus' registered port)")
+    monitoring_scrapers: list[str] = Field(
+        default_factory=list, description="IP addresses or networks (CIDR) of the Prometheus servers that may "
+                                          "connect to the node exporter (systemd IPAddressAllow, all others "
+                                          "denied); required with a listen address other than loopback")
+    monitoring_gpu_interval_s: int = Field(
+        15, ge=5, le=3600, description="seconds between two runs of the GPU exporter (nvidia-smi into the "
+                                       "textfile directory)")
+    monitoring_doctor_interval_s: int = Field(
+        300, ge=30, le=86400, description="seconds between two runs of the doctor's host-local checks on the box "
+                                          "(v100kit_check_ok metrics)")
+    monitoring_textfile_dir: HostPath = Field(
+        "/var/lib/prometheus/node-exporter", description="the node exporter's textfile collector directory, passed "
+                                                         "to it explicitly (the default of Debian's package, which "
+                                                         "ships the directory)")
+    monitoring_credentials_dir: str = Field(
+        "/etc/prometheus/v100kit", pattern=r"^/[A-Za-z0-9._+@:,=/-]*$",
+        description="directory on the Prometheus server holding each keyed engine instance's API key "
+                    "(HOST_UNIT.key, 0600): the generated scrape configuration's credentials_file; "
+                    "`v100kit monitoring scrape-config --write-credentials` fills it")
+
     @field_validator("tuning_sysctl_extra")
     @classmethod
     def _sysctl_keys(cls, v: dict[str, int | str]) -> dict[str, int | str]:
@@ -426,6 +464,19 @@ class Settings(BaseModel):
             example = "/swapfile" if info.field_name == "tuning_swap_file" else "/var/lib/llm"
             raise ValueError(f"{v!r} is a system or login-home location; use a dedicated path such as {example}")
         return v
+
+    @field_validator("monitoring_listen_address")
+    @classmethod
+    def _monitoring_address(cls, v: str) -> str:
+        ipaddress.ip_address(v)  # ValueError names the value: an IP address, no port, no host name
+        return v
+
+    @field_validator("monitoring_scrapers")
+    @classmethod
+    def _scraper_networks(cls, v: list[str]) -> list[str]:
+        for item in v:
+            ipaddress.ip_network(item, strict=False)  # ValueError names the value
+        return _once_each(v, "scraper")
 
     @field_validator("llama_cpp_source_subdir")
     @classmethod

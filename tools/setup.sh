@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the toolkit needs on a fresh Debian 12 machine: a pinned uv and the locked Python environment
-# in .venv; with --lab also the lab's packages (as root: mmdebstrap, systemd-container, openssh-client).
+# in .venv; with --lab also the lab's packages (as root: mmdebstrap, systemd-container, openssh-client, and Debian's
+# prometheus for promtool and the monitoring suite's Prometheus: tests/lab/test_monitoring.py starts its own).
 # Safe to run again: it only adds what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,8 @@ apt_install() {
 
 if [ "${1:-}" = "--lab" ]; then
   need=()
-  for cmd in mmdebstrap:mmdebstrap systemd-nspawn:systemd-container ssh-keygen:openssh-client dpkg-deb:dpkg; do
+  for cmd in mmdebstrap:mmdebstrap systemd-nspawn:systemd-container ssh-keygen:openssh-client dpkg-deb:dpkg \
+             promtool:prometheus; do
     command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd##*:}")
   done
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"

@@ -1,5 +1,6 @@
 """The `v100kit` command: `v100kit plan|doctor|bench INVENTORY [--json] [--limit HOST]`, `v100kit verify INVENTORY`,
-`v100kit offline fill|serve|deploy DIR ...`, `v100kit lab ACTION` and `v100kit --version`.
+`v100kit offline fill|serve|deploy DIR ...`, `v100kit monitoring scrape-config INVENTORY`, `v100kit lab ACTION` and
+`v100kit --version`.
 
 Exit status, the same for every subcommand:
   0    all good: every host reached and nothing found
@@ -33,6 +34,8 @@ COMMANDS = {
     "verify": ("v100kit.verify", "run the host checks (pytest-testinfra) against every host; changes nothing"),
     "offline": ("v100kit.offline", "fill a directory with everything the hosts download, then deploy hosts that "
                                    "reach no registry from it"),
+    "monitoring": ("v100kit.monitoring", "print a Prometheus scrape configuration for the inventory (scrape-config); "
+                                         "changes nothing"),
     "lab": ("lab.cli", "build, boot, reboot, stop or destroy the bundled lab hosts"),
 }
 

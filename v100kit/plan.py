@@ -85,6 +85,25 @@ def summarize(host, plan: HostPlan) -> dict:
             out["instances"][f"vllm@{inst.name}"] = {"model": inst.model_path, "dtype": inst.dtype,
                                                      "plan": _memory(inst.memory), "warnings": list(inst.warnings),
                                                      "served_by": plan.ray.head if plan.ray else None}
+    out["request_logging"] = request_logging(plan)
+    m = plan.monitoring
+    out["monitoring"] = None if m is None else {
+        "node_exporter": m.node_exporter_args[0].split("=", 1)[1], "scrapers": list(m.scrapers),
+        "textfile_dir": m.textfile_dir, "gpu_interval_s": m.gpu_interval_s, "doctor_interval_s": m.doctor_interval_s}
+    return out
+
+
+def request_logging(plan: HostPlan) -> dict[str, str]:
+    """Per engine with instances here, whether its request logger runs and where each prompt then goes: {engine:
+    one line} (llama_cpp_log_requests, vllm_log_requests)."""
+    out = {}
+    if plan.llama_cpp:
+        out["llama-server"] = ("on: each request's prompt and generated tokens go to the journal (-lv 5; "
+                               "journalctl -u llama-server@NAME)" if plan.llama_cpp.log_requests else
+                               "off: -lv 4 logs no request text")
+    if plan.vllm and plan.vllm.serves:
+        out["vllm"] = ("on: each request's prompt goes to the journal (journalctl -u vllm@NAME)"
+                       if plan.vllm.log_requests else "off: the request logger is turned off")
     return out
 
 
@@ -107,6 +126,13 @@ def table(results: dict) -> str:
         if r["vllm"]:
             v = r["vllm"]
             lines.append(f"   vLLM {v['version']} ({v['engine']} engine, Python {v['python']}) {v['venv']}")
+        for engine, how in r.get("request_logging", {}).items():
+            lines.append(f"   {engine} request logging {how}")
+        if r.get("monitoring"):
+            mon = r["monitoring"]
+            lines.append(f"   monitoring: node exporter on {mon['node_exporter']}"
+                         + (f" for {', '.join(mon['scrapers'])}" if mon["scrapers"] else " (loopback only)")
+                         + f"; GPU metrics every {mon['gpu_interval_s']} s, doctor every {mon['doctor_interval_s']} s")
         for g, d in r.get("gpus", {}).items():
             users = ", ".join(f"{u} {'?' if m is None else m}" for u, m in d["claims_mib"].items())
             of = (f" of {d['memory_mib']} ({d['name']}, compute capability {d['compute_capability']})"

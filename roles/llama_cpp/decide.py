@@ -162,6 +162,7 @@ class LlamaCppPlan:
     instances: tuple[Instance, ...]
     gpu_visible: bool = False  # a GPU answers nvidia-smi: after each (re)start the deploy checks it serves from it
     notes: tuple[str, ...] = ()  # choices the plan made that the operator should see (logged by roles/preflight.py)
+    log_requests: bool = False  # llama_cpp_log_requests: -lv 5 (request text in the journal) instead of -lv 4
 
     @property
     def archive(self) -> str:
@@ -699,7 +700,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
         return None, problems
     args = cmake_args(settings, tk, archs)
     return LlamaCppPlan(src, not is_url(src.url), tk, archs, args, prefix(src, tk, archs, args), tuple(instances),
-                        gpu_visible=bool(gpus), notes=tuple(notes)), []
+                        gpu_visible=bool(gpus), notes=tuple(notes), log_requests=settings.llama_cpp_log_requests), []
 
 
 def claim_bytes(inst: Instance) -> int | None:
@@ -729,9 +730,10 @@ def placement_clashes(instances: list[Instance]) -> list[str]:
     return problems
 
 
-def environment(inst: Instance, flash_attn_style: str) -> str:
-    """The instance's EnvironmentFile: LLAMA_SERVER_ARGS, and CUDA_VISIBLE_DEVICES where `gpus` is set."""
-    env = f"LLAMA_SERVER_ARGS={server_args(inst, flash_attn_style)}\n"
+def environment(inst: Instance, flash_attn_style: str, log_requests: bool = False) -> str:
+    """The instance's EnvironmentFile: LLAMA_SERVER_ARGS (server_args), and CUDA_VISIBLE_DEVICES where `gpus` is
+    set."""
+    env = f"LLAMA_SERVER_ARGS={server_args(inst, flash_attn_style, log_requests)}\n"
     if inst.settings.gpus:
         # CUDA numbers GPUs fastest first unless told PCI_BUS_ID (CUDA Programming Guide, "CUDA Environment
         # Variables"); nvidia-smi's indices, which `gpus` names, are in PCI bus order
@@ -739,9 +741,18 @@ def environment(inst: Instance, flash_attn_style: str) -> str:
     return env
 
 
-def server_args(inst: Instance, flash_attn_style: str) -> str:
+#: llama-server's log verbosity (-lv): 4 (trace) prints llama.cpp's load report, which the GPU check reads, and no
+#: request text; 5 (debug) adds the server's SLT_DBG/SRV_DBG lines, among them "launching slot : {...}" whose JSON
+#: carries the detokenized prompt, and each generated token's text (the 0.3.36 tree's tools/server/server-context.cpp
+#: and server-common.h: SLT_DBG is LOG_DBG, LOG_LEVEL_DEBUG 5 in common/log.h). tests/unit/test_prompt_logging.py reads
+#: every pinned tree found on the machine for it.
+VERBOSITY_QUIET, VERBOSITY_REQUESTS = 4, 5
+
+
+def server_args(inst: Instance, flash_attn_style: str, log_requests: bool = False) -> str:
     """The llama-server command line of one instance, shell-quoted (without the API key, which comes from the
-    environment).
+    environment). `log_requests` (llama_cpp_log_requests): -lv VERBOSITY_REQUESTS, each request's prompt and
+    generated text into the journal; else -lv VERBOSITY_QUIET, none.
 
     Builds that take a bare `-fa` have no `auto`: there auto means on when the V cache is quantized (which needs
     flash attention; Volta has it: docs/volta.md §5), off otherwise."""
@@ -772,7 +783,7 @@ def server_args(inst: Instance, flash_attn_style: str) -> str:
     # llama.cpp's own load report (CUDA devices, "offloaded N/M layers to GPU", KV and compute buffer sizes) is
     # library INFO, which newer trees log only from verbosity 4 (common/log.cpp common_log_get_verbosity): the
     # deploy's GPU check and the doctor read it from the journal
-    args += ["-lv", "4"]
+    args += ["-lv", str(VERBOSITY_REQUESTS if log_requests else VERBOSITY_QUIET)]
     # extra_args last: a flag there missing its value cannot take one of the toolkit's own (the check knows flag
     # names, not how many values each takes)
     args += list(s.extra_args)

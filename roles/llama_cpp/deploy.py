@@ -136,7 +136,7 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
                     verified(name=f"{inst.name}: {what} checksum", path=dest, sha256=sha)
                 changed.append(model)
         changed += instance_config(inst.name, CONFIG_DIR,
-                                   environment(inst, p.source.flash_attn_style),
+                                   environment(inst, p.source.flash_attn_style, p.log_requests),
                                    "LLAMA_API_KEY", inst.api_key)
         unit_name = f"llama-server@{inst.name}"
         started = restart_then_run(unit_name, changed, "unit, settings, model or binary")

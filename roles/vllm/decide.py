@@ -24,7 +24,7 @@ from roles.nvidia_driver.facts import GpuInfo
 from roles.ray.decide import RayPlan
 from roles.settings import Settings, VllmInstance, problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
-from roles.vllm.flags import extra_args_problems, known_flags, typed_args, typed_problems
+from roles.vllm.flags import extra_args_problems, known_flags, request_log_args, typed_args, typed_problems
 from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, NO_SM70_WHEELS_WHY, QUANT_MIN_CAPABILITY,
                                  QUANT_PACKAGES, SOFTCAP_MIN_CAPABILITY, TORCH_SM70, UV_VERSION, VLLM_RELEASES,
                                  VllmRelease, release_after_sm70_wheels)
@@ -80,6 +80,8 @@ class VllmPlan:
     #: the Ray cluster this host is a node of (None: none): every instance spans its nodes, served by the head; a
     #: worker gets the venv and the model files at the same paths, and no vllm@ unit
     cluster: RayPlan | None = None
+    #: vllm_log_requests: each request's prompt to the journal (request_log_args renders it for the release)
+    log_requests: bool = False
 
     @property
     def serves(self) -> bool:
@@ -513,9 +515,15 @@ def plan(settings: Settings, host_python: str | None, gpus: list[GpuInfo], drive
         instances.append(resolved)
     problems += shared_gpu_problems(settings.vllm_instances, gpu_count(settings, gpus))
     problems += cluster_instance_problems(settings, cluster)
+    if request_log_args(known_flags(rel.version), settings.vllm_log_requests) is None:
+        problems.append(problem("vllm_version", rel.version, "the toolkit cannot tell how this release turns its "
+                                "request logger (prompts into the journal) off: no --disable-log-requests or "
+                                "--[no-]enable-log-requests in files/vllm/<version>.flags.json",
+                                "write the flags file with tools/vllm_flags.py, or pick a pinned release"))
     if problems:
         return None, problems
-    return VllmPlan(rel, host_python, lock_path, lock_sha, bool(gpus), tuple(instances), cluster), []
+    return VllmPlan(rel, host_python, lock_path, lock_sha, bool(gpus), tuple(instances), cluster,
+                    log_requests=settings.vllm_log_requests), []
 
 
 def cluster_instance_problems(settings: Settings, cluster: RayPlan | None) -> list[str]:
@@ -544,11 +552,13 @@ def cluster_instance_problems(settings: Settings, cluster: RayPlan | None) -> li
     return problems
 
 
-def server_args(inst: Instance, cluster: RayPlan | None = None, rel: VllmRelease | None = None) -> str:
+def server_args(inst: Instance, cluster: RayPlan | None = None, rel: VllmRelease | None = None,
+                log_requests: bool = False) -> str:
     """The vLLM command line of one instance, shell-quoted (the API key comes from VLLM_API_KEY in the
     environment). On a Ray cluster's head: vLLM's Ray executor with one pipeline stage per node, the instance's
     tensor parallel size inside each. `rel`: the release, whose Volta flags (volta_args, and vision_args for a
-    vision-language model) come before the user's typed settings and extra_args."""
+    vision-language model) come before the user's typed settings and extra_args, with its request-logging flag
+    (request_log_args: off unless `log_requests`, vllm_log_requests)."""
     s = inst.settings
     args = ["--model", inst.model_path, "--served-model-name", s.served_model_name or inst.name,
             "--host", s.listen, "--port", str(s.port), "--dtype", inst.dtype,
@@ -562,6 +572,7 @@ def server_args(inst: Instance, cluster: RayPlan | None = None, rel: VllmRelease
                  "--distributed-executor-backend", "ray"]
     if rel is not None:
         args += list(rel.volta_args) + (list(rel.vision_args) if inst.multimodal else [])
+        args += request_log_args(known_flags(rel.version), log_requests) or []
     args += typed_args(s) + list(s.extra_args)
     return " ".join(shlex.quote(a) for a in args)
 
@@ -569,7 +580,7 @@ def server_args(inst: Instance, cluster: RayPlan | None = None, rel: VllmRelease
 def environment(p: VllmPlan, inst: Instance) -> str:
     """The instance's EnvironmentFile text ("KEY=value" lines): VLLM_ARGS, the engine environment of the release,
     CUDA_VISIBLE_DEVICES."""
-    env = {"VLLM_ARGS": server_args(inst, p.cluster, p.release), **p.release.environment}
+    env = {"VLLM_ARGS": server_args(inst, p.cluster, p.release, p.log_requests), **p.release.environment}
     if inst.settings.gpus:  # in nvidia-smi's (PCI bus) order, not CUDA's default fastest first
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.settings.gpus)

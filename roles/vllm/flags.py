@@ -28,6 +28,8 @@ OWNED: dict[str, str] = {
     "--max-num-batched-tokens": "max_num_batched_tokens", "--swap-space": "swap_space",
     "--chat-template": "chat_template", "--tool-call-parser": "tool_call_parser",
     **dict.fromkeys(("--enable-auto-tool-choice", "--no-enable-auto-tool-choice"), "enable_auto_tool_choice"),
+    **dict.fromkeys(("--enable-log-requests", "--no-enable-log-requests", "--disable-log-requests",
+                     "--no-disable-log-requests"), "vllm_log_requests"),
 }
 
 
@@ -42,6 +44,29 @@ def known_flags(version: str) -> frozenset[str] | None:
         return frozenset(json.loads(flags_file(version).read_text())["flags"])
     except (OSError, ValueError, KeyError):
         return None
+
+
+def request_log_args(known: frozenset[str] | None, on: bool) -> list[str] | None:
+    """The flags that turn vLLM's request logger on or off, in the spelling of the release's own parser (`known`,
+    files/vllm/<version>.flags.json, from make_arg_parser); None where the parser has neither spelling or is not
+    known (the plan refuses that). The request logger (vllm/entrypoints/logger.py RequestLogger) logs "Received
+    request %s: prompt: %r, ..." at INFO for every request: into the journal, under systemd.
+
+    0.8.5.post1's parser has only --disable-log-requests (AsyncEngineArgs.disable_log_requests, default False: the
+    OpenAI server creates the logger unless it is given), so its default logs every prompt. 0.10.2's parser has
+    --[no-]enable-log-requests and the old --[no-]disable-log-requests beside it (vllm/engine/arg_utils.py of that
+    line: AsyncEngineArgs.enable_log_requests = False, disable_log_requests a deprecated property "removed in
+    v0.12.0"); 0.19.1's has only --[no-]enable-log-requests. Read in vLLM's code through the search corpus, not
+    per pinned wheel; what the toolkit relies on is the flags files alone: it says what it wants explicitly in every
+    release (--no-enable-log-requests where the parser has it), so a release whose default flips cannot log
+    prompts unseen."""
+    if known is None:
+        return None
+    if "--enable-log-requests" in known and "--no-enable-log-requests" in known:
+        return ["--enable-log-requests" if on else "--no-enable-log-requests"]
+    if "--disable-log-requests" in known:
+        return [] if on else ["--disable-log-requests"]
+    return None
 
 
 def typed_args(s: VllmInstance) -> list[str]:

@@ -1,7 +1,8 @@
 """Plan-level (facts in, commands and uploads out): extra_args and the typed flag settings reach the instance's
 EnvironmentFile, and an owned or unknown flag stops the plan before any command. Expected flags read by hand in the
 pinned 0.3.36 tree's common/arg.cpp (`{"--no-warmup"}` and `{"-cb", "--cont-batching"}` are server options) and in
-vLLM 0.8.5.post1's --help (`--disable-log-requests`)."""
+vLLM 0.8.5.post1's --help (`--disable-log-stats`; `--disable-log-requests` is the toolkit's own there, from
+vllm_log_requests)."""
 
 from __future__ import annotations
 
@@ -54,9 +55,13 @@ def vllm_args(tmp_path_factory, instance: dict) -> list[str]:
 
 
 def test_vllm_extra_args_and_typed_settings_reach_the_environment_file(tmp_path_factory):
-    args = vllm_args(tmp_path_factory, {"extra_args": ["--disable-log-requests"], "enable_prefix_caching": True,
+    args = vllm_args(tmp_path_factory, {"extra_args": ["--disable-log-stats"], "enable_prefix_caching": True,
                                         "max_num_batched_tokens": 8192})
-    assert args[-1] == "--disable-log-requests" and "--enable-prefix-caching" in args
+    assert args[-1] == "--disable-log-stats" and "--enable-prefix-caching" in args
+    assert "--disable-log-requests" in args  # vllm_log_requests' default: prompts stay out of the journal
+    with pytest.raises(SettingsError, match=r"extra_args = '--disable-log-requests': set by the toolkit. Fix: use "
+                                            r"the setting vllm_log_requests"):
+        vllm_args(tmp_path_factory, {"extra_args": ["--disable-log-requests"]})
     assert args[args.index("--max-num-batched-tokens") + 1] == "8192"
     with pytest.raises(SettingsError, match=r"extra_args = '-tp': set by the toolkit. Fix: use the setting "
                                             r"tensor_parallel_size"):

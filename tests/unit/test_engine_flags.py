@@ -145,7 +145,11 @@ def test_vllm_extra_args():
     assert p.startswith(f"{key} = '--max-model-len=4096': set by the toolkit") and "max_model_len" in p
     (p,) = vf.extra_args_problems(key, ["-tp", "2"], VLLM_OLD)
     assert "tensor_parallel_size" in p
-    assert vf.extra_args_problems(key, ["--disable-log-requests", "--seed=3", "--max_logprobs", "5"], VLLM_OLD) == []
+    assert vf.extra_args_problems(key, ["--disable-log-stats", "--seed=3", "--max_logprobs", "5"], VLLM_OLD) == []
+    # request logging has its setting (prompts into the journal), in every spelling a pinned release has
+    for flag in ("--disable-log-requests", "--enable-log-requests", "--no-enable-log-requests"):
+        (p,) = vf.extra_args_problems(key, [flag], VLLM_NEW)
+        assert "vllm_log_requests" in p
     (p,) = vf.extra_args_problems(key, ["--no-such-flag"], VLLM_OLD)
     assert "not a flag of this vLLM release" in p
     assert vf.typed_args(VllmInstance(model_path="/m")) == []
