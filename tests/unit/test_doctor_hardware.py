@@ -234,3 +234,21 @@ def test_newer_drivers_temperature_margins():
     row = rows(block.format(t=35))[health.TEMPERATURE]
     assert row.state == "ok" and "52 C, 35 C below its limit (T.Limit; slows down at -2 C" in row.evidence
     assert rows(block.format(t=-2))[health.TEMPERATURE].state == "broken"
+
+
+def test_the_real_h200_reads_healthy_on_every_row():
+    """The lent NVIDIA H200 itself (tools/gpu/monitoring/go.sh, 2026-12-02, driver 580.159.04): the GpuHardware
+    fact's own command output, stored whole in tests/data/nvidia_smi_h200_q.txt (its serial number left out). The
+    expected values are read off that text: PCIe "Max : 5 / Current : 5", "16x / 16x", ECC Enabled with 0
+    uncorrectable, Remapped Rows 0, no NVLink listed (a PCIe card), Idle the only clock event reason, and Hopper's
+    margins instead of thresholds ("GPU T.Limit Temp : 51 C", slowdown at -2 C, shutdown at -8 C)."""
+    text = (DATA.parent / "nvidia_smi_h200_q.txt").read_text()
+    [g] = GpuHardware().process(text.splitlines())
+    assert (g["name"], g["pcie_gen"], g["pcie_width"]) == ("NVIDIA H200", (5, 5), (16, 16))
+    assert g["ecc_mode"] == ("Enabled", "Enabled") and g["ecc_uncorrected"] == {"volatile": 0, "aggregate": 0}
+    assert g["retired"] is None and g["remapped"]["uncorrectable"] == 0 and g["nvlink"] == []
+    assert [r for r, on in g["throttle"].items() if on] == ["Idle"]
+    assert (g["temp"]["tlimit"], g["temp"]["slowdown_tlimit"], g["temp"]["shutdown_tlimit"]) == (51, -2, -8)
+    got = {r.check: r for r in health.hardware_rows([g])}
+    assert len(got) == 6 and {r.state for r in got.values()} == {"ok"}, got
+    assert "51 C below its limit" in got["GPU temperature below the slowdown threshold"].evidence

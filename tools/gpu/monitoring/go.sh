@@ -111,3 +111,5 @@ PY
 cat $OUT/policy-check.txt 2>/dev/null
 
 echo "done after $(( $(date +%s)-T0 ))s" | tee -a $OUT/steps.txt
+# the device hands back at most 8 files from $OUT: everything also as one archive (the 2026-12-02 run lost all but 4)
+( cd $OUT && tar cJf monitoring.tar.xz --exclude=monitoring.tar.xz . )
