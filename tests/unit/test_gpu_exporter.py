@@ -267,3 +267,20 @@ def test_runs_as_a_script_with_python_39_syntax(tmp_path):
     f = parse_exposition(out.read_text())
     assert value(f, "v100kit_gpu_exporter_up") == 0 and not math.isnan(
         value(f, "v100kit_gpu_exporter_last_run_timestamp_seconds"))
+
+
+def test_the_exporter_run_on_the_lent_h200_agrees_with_its_nvidia_smi_q():
+    """The exporter's file as it wrote it on the lent NVIDIA H200 (tools/gpu/monitoring/go.sh, 2026-12-02:
+    tests/data/gpu_exporter_h200.prom) read by the strict exposition-format reader, against the same machine's
+    `nvidia-smi -q` taken minutes apart (tests/data/nvidia_smi_h200_q.txt): "FB Memory Usage Total : 143771 MiB",
+    "Current Power Limit : 700.00 W", PCIe "Max : 5 / 16x", ECC 0 uncorrectable, "Idle" the active reason."""
+    fam = parse_exposition((DATA / "gpu_exporter_h200.prom").read_text())
+    gpu = {"index": "0", "uuid": "GPU-e6b30009-2aaa-de67-9c14-5fd1de954843", "name": "NVIDIA H200"}
+    assert value(fam, "v100kit_gpu_exporter_up", reason="") == 1
+    assert value(fam, "v100kit_gpu_memory_total_bytes", **gpu) == 143771 * 2**20
+    assert value(fam, "v100kit_gpu_power_limit_watts", **gpu) == 700
+    assert value(fam, "v100kit_gpu_pcie_link_gen_max", **gpu) == 5
+    assert value(fam, "v100kit_gpu_pcie_link_width_max", **gpu) == 16
+    assert value(fam, "v100kit_gpu_ecc_uncorrected_volatile_errors", **gpu) == 0
+    assert value(fam, "v100kit_gpu_clock_event_reason_active", **gpu, reason="gpu_idle") == 1
+    assert value(fam, "v100kit_gpu_clock_event_reason_active", **gpu, reason="hw_slowdown") == 0
