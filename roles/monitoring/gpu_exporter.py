@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """v100kit's GPU exporter for node_exporter's textfile collector: one run writes one .prom file, then exits.
 
-    gpu_exporter.py /var/lib/prometheus/node-exporter/v100kit_gpu.prom [--nvidia-smi nvidia-smi] [--kernel-log FILE]
+    gpu_exporter.py --output /var/lib/prometheus/node-exporter/v100kit_gpu.prom [--nvidia-smi nvidia-smi]
+                    [--kernel-log FILE]
+    (the output may also be given as the one positional argument)
 
 Standalone on purpose: Python 3.9+ and its standard library only, because it runs on the box as the service user from
 a systemd timer, outside the toolkit's venvs.
@@ -11,7 +13,11 @@ What it reads:
   "[W]", "[MHz]", say how to read each column, and a column this driver lacks is simply absent). The throttle bitmask
   field was renamed `clocks_throttle_reasons.active` -> `clocks_event_reasons.active` in newer drivers (the 590
   capture in tests/data/nvidia_smi_captures.txt has only the new name): the new name is asked first and, when
-  nvidia-smi refuses it ('is not a valid field to query'), the old one.
+  nvidia-smi refuses it ('is not a valid field to query'), the old one. `ecc.mode.current` ("Enabled"/"Disabled")
+  and `retired_pages.pending` ("Yes"/"No": nvmlDeviceGetRetiredPagesPendingStatus; "[N/A]" where the GPU retires no
+  pages, e.g. the H200, which remaps rows instead) are `nvidia-smi --help-query-gpu` fields, both in the real
+  590.48.01 query of tests/data/nvidia_smi_captures.txt; `nvidia-smi -q` prints the same values as "Ecc Mode /
+  Current" and "Retired Pages / Pending" (the V100 pages of tests/data/nvidia_smi_v100.txt).
 - Xid events since boot from the kernel log, `journalctl -k -b` (else `dmesg`): lines
   'NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.' (NVIDIA's Xid catalog,
   https://docs.nvidia.com/deploy/xid-errors/; the line format as public reports paste it:
@@ -24,6 +30,8 @@ https://prometheus.io/docs/instrumenting/exposition_formats/), every per-GPU ser
   file is still written, so that the scrape shows it), and per GPU the gauges of METRICS, the throttle bitmask
   decoded per reason (REASON_BITS), and v100kit_gpu_xid_errors{pci,xid} (with index/uuid/name empty where the PCI
   address is no GPU nvidia-smi lists: a GPU that fell off the bus is not listed any more).
+  The one list of these names, with their labels, is roles/monitoring/decide.py METRICS (roles/monitoring/METRICS.md);
+  tests/unit/test_metric_names.py keeps this script and that list equal.
 The file is written atomically: a temporary file in the same directory (not ending in .prom, which the collector
 reads), then rename(2).
 """
@@ -46,7 +54,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 FIELDS = ("index", "uuid", "name", "pci.bus_id", "utilization.gpu", "utilization.memory", "memory.used",
           "memory.total", "temperature.gpu", "power.draw", "power.limit", "clocks.current.sm",
           "clocks.current.memory", "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total",
-          "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
+          "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
+          "ecc.mode.current", "retired_pages.pending")
 THROTTLE_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 #: header names nvidia-smi prints for aliases of the fields above
 ALIASES = {"clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memory",
@@ -76,6 +85,11 @@ METRICS = {
     "pcie.link.gen.max": ("v100kit_gpu_pcie_link_gen_max", "Highest PCIe generation of the GPU and its slot.", 1),
     "pcie.link.width.current": ("v100kit_gpu_pcie_link_width_current", "PCIe lanes in use now.", 1),
     "pcie.link.width.max": ("v100kit_gpu_pcie_link_width_max", "Most PCIe lanes of the GPU and its slot.", 1),
+    "ecc.mode.current": ("v100kit_gpu_ecc_mode_enabled", "1: ECC is on now; 0: off (absent where the GPU has none).",
+                         1),
+    "retired_pages.pending": ("v100kit_gpu_retired_pages_pending",
+                              "1: pages retired for ECC errors wait for a reboot (or driver reload) to take effect.",
+                              1),
 }
 
 #: NVML's clock event (throttle) reason bits (nvml.h nvmlClocksThrottleReason* / nvmlClocksEventReason*, the same
@@ -83,6 +97,9 @@ METRICS = {
 REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
                0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
                0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+
+#: the words nvidia-smi prints for a state (ecc.mode.current, retired_pages.pending), as numbers
+STATES = {"Enabled": 1.0, "Disabled": 0.0, "Yes": 1.0, "No": 0.0}
 
 #: what nvidia-smi prints in a field it cannot fill
 ABSENT = {"[N/A]", "N/A", "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]",
@@ -111,10 +128,13 @@ def _field(header: str) -> str:
 
 
 def _number(value: str) -> Optional[float]:
-    """'71.24 W' -> 71.24, '0 %' -> 0.0, '0x0000000000000001' -> 1.0; None for N/A and the like."""
+    """'71.24 W' -> 71.24, '0 %' -> 0.0, '0x0000000000000001' -> 1.0, 'Enabled'/'Yes' -> 1.0,
+    'Disabled'/'No' -> 0.0; None for N/A and the like."""
     value = value.strip()
     if value in ABSENT:
         return None
+    if value in STATES:
+        return STATES[value]
     if re.fullmatch(r"0x[0-9a-fA-F]+", value):
         return float(int(value, 16))
     m = re.fullmatch(r"(-?\d+(?:\.\d+)?)(?:\s*(?:%|MiB|W|MHz|C|x))?", value)
@@ -270,16 +290,21 @@ def write_atomically(path: str, text: str) -> None:
 def main(argv: Optional[List[str]] = None, runner: Runner = run) -> int:
     """Read, write the file, exit 0; 1 when the file cannot be written; 2 on a usage error."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("output", help="the .prom file to write (in node_exporter's textfile directory)")
+    ap.add_argument("output", nargs="?", help="the .prom file to write (in node_exporter's textfile directory)")
+    ap.add_argument("--output", dest="output_opt", metavar="OUTPUT",
+                    help="the same, as the systemd unit passes it (v100kit-gpu-exporter.service)")
     ap.add_argument("--nvidia-smi", default="nvidia-smi", help="nvidia-smi to run (default: from PATH)")
     ap.add_argument("--kernel-log", help="read Xid lines from this file instead of journalctl -k -b / dmesg")
     args = ap.parse_args(argv)
+    if (args.output is None) == (args.output_opt is None):
+        ap.error("give the .prom file to write once: as OUTPUT or as --output OUTPUT")
+    output = args.output or args.output_opt
     gpus, why = query_gpus(args.nvidia_smi, runner)
     log, log_why = kernel_log(runner, args.kernel_log)
     try:
-        write_atomically(args.output, exposition(gpus, why, log, log_why, time.time()))
+        write_atomically(output, exposition(gpus, why, log, log_why, time.time()))
     except OSError as e:
-        print(f"gpu_exporter: cannot write {args.output}: {e}", file=sys.stderr)
+        print(f"gpu_exporter: cannot write {output}: {e}", file=sys.stderr)
         return 1
     return 0
 
