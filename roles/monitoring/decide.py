@@ -47,40 +47,50 @@ UNITS = {f"{GPU_UNIT}.service": "v100kit-gpu-exporter.service.j2", f"{GPU_UNIT}.
          f"{DOCTOR_UNIT}.service": "v100kit-doctor.service.j2", f"{DOCTOR_UNIT}.timer": "v100kit-timer.j2"}
 
 #: Every metric the toolkit writes or its alerts read, in one place (roles/monitoring/METRICS.md explains them):
-#: name -> (type, labels, writer). The GPU exporter's (roles/monitoring/gpu_exporter.py) names are the ones its
-#: author is asked to use; files/monitoring/alerts.yml may use only these (tests/unit/test_monitoring_decide.py).
+#: name -> (type, labels, writer). The GPU exporter's names are the ones it wrote on a real NVIDIA H200
+#: (tests/data/gpu_exporter_h200.prom); tests/unit/test_metric_names.py keeps this list and roles/monitoring/
+#: gpu_exporter.py equal both ways (every name and label set it writes for recorded nvidia-smi output is here, and
+#: every v100kit_gpu_* name here is written for some recorded input), and files/monitoring/alerts.yml and the
+#: dashboard may use only these (tests/unit/test_monitoring_decide.py).
+GPU_LABELS = ("index", "uuid", "name")  # per-GPU labels: nvidia-smi's index (PCI bus order), uuid, name
 METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    # GPU exporter: per GPU, labels index (nvidia-smi's, PCI bus order), uuid, name
-    "v100kit_gpu_exporter_up": ("gauge", (), "gpu_exporter.py: 1 when nvidia-smi answered, 0 when it did not "
-                                             "(a no-GPU host says 0 with reason)"),
-    "v100kit_gpu_exporter_info": ("gauge", ("reason",), "gpu_exporter.py: why the exporter reads nothing "
-                                                        "(reason=\"no GPU visible\")"),
-    "v100kit_gpu_up": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py: the GPU answers"),
+    # GPU exporter (roles/monitoring/gpu_exporter.py; its nvidia-smi --query-gpu field after the colon)
+    "v100kit_gpu_exporter_up": ("gauge", ("reason",), "gpu_exporter.py: 1 when nvidia-smi listed the GPUs (reason "
+                                                      "\"\"), 0 when it could not: no nvidia-smi, no GPU, nvidia-smi "
+                                                      "failed (the reason says which)"),
     "v100kit_gpu_count": ("gauge", (), "gpu_exporter.py: GPUs nvidia-smi lists"),
-    "v100kit_gpu_utilization_ratio": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_memory_used_bytes": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_memory_total_bytes": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_temperature_celsius": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_power_draw_watts": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_power_limit_watts": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_clock_sm_hertz": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_clock_memory_hertz": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_throttle_reason": ("gauge", ("index", "uuid", "name", "reason"),
-                                    "gpu_exporter.py: 1 while nvidia-smi's clocks_throttle_reasons.<reason> is Active "
-                                    "(sw_power_cap, hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, "
-                                    "sw_thermal_slowdown, ...)"),
-    "v100kit_gpu_ecc_mode_enabled": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_ecc_errors_uncorrected_volatile": ("gauge", ("index", "uuid", "name"),
+    "v100kit_gpu_utilization_percent": ("gauge", GPU_LABELS, "gpu_exporter.py: utilization.gpu (%)"),
+    "v100kit_gpu_memory_utilization_percent": ("gauge", GPU_LABELS, "gpu_exporter.py: utilization.memory (%)"),
+    "v100kit_gpu_memory_used_bytes": ("gauge", GPU_LABELS, "gpu_exporter.py: memory.used"),
+    "v100kit_gpu_memory_total_bytes": ("gauge", GPU_LABELS, "gpu_exporter.py: memory.total"),
+    "v100kit_gpu_temperature_celsius": ("gauge", GPU_LABELS, "gpu_exporter.py: temperature.gpu"),
+    "v100kit_gpu_power_draw_watts": ("gauge", GPU_LABELS, "gpu_exporter.py: power.draw"),
+    "v100kit_gpu_power_limit_watts": ("gauge", GPU_LABELS, "gpu_exporter.py: power.limit"),
+    "v100kit_gpu_sm_clock_hertz": ("gauge", GPU_LABELS, "gpu_exporter.py: clocks.current.sm"),
+    "v100kit_gpu_memory_clock_hertz": ("gauge", GPU_LABELS, "gpu_exporter.py: clocks.current.memory"),
+    "v100kit_gpu_clock_event_reasons": ("gauge", GPU_LABELS, "gpu_exporter.py: clocks_event_reasons.active (older drivers: "
+                                                      "clocks_throttle_reasons.active), NVML's bitmask"),
+    "v100kit_gpu_clock_event_reason_active": ("gauge", GPU_LABELS + ("reason",),
+                                              "gpu_exporter.py: 1 while the bitmask's reason is active (gpu_idle, "
+                                              "sw_power_cap, hw_slowdown, hw_thermal_slowdown, "
+                                              "hw_power_brake_slowdown, sw_thermal_slowdown, ...)"),
+    "v100kit_gpu_ecc_mode_enabled": ("gauge", GPU_LABELS, "gpu_exporter.py: ecc.mode.current (Enabled 1, Disabled 0)"),
+    "v100kit_gpu_ecc_uncorrected_volatile_errors": ("gauge", GPU_LABELS,
                                                     "gpu_exporter.py: ecc.errors.uncorrected.volatile.total"),
-    "v100kit_gpu_ecc_errors_corrected_volatile": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_retired_pages_pending": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py: 1 when retired "
-                                                                              "pages wait for a reboot"),
-    "v100kit_gpu_pcie_link_width": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py: pcie.link.width.current"),
-    "v100kit_gpu_pcie_link_width_max": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_pcie_link_gen": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_pcie_link_gen_max": ("gauge", ("index", "uuid", "name"), "gpu_exporter.py"),
-    "v100kit_gpu_xid_events_total": ("counter", ("xid",), "gpu_exporter.py: Xid events in this boot's kernel log "
-                                                          "per Xid code"),
+    "v100kit_gpu_ecc_corrected_volatile_errors": ("gauge", GPU_LABELS,
+                                                  "gpu_exporter.py: ecc.errors.corrected.volatile.total"),
+    "v100kit_gpu_retired_pages_pending": ("gauge", GPU_LABELS, "gpu_exporter.py: retired_pages.pending (Yes 1: retired "
+                                                        "pages wait for a reboot)"),
+    "v100kit_gpu_pcie_link_gen_current": ("gauge", GPU_LABELS, "gpu_exporter.py: pcie.link.gen.current"),
+    "v100kit_gpu_pcie_link_gen_max": ("gauge", GPU_LABELS, "gpu_exporter.py: pcie.link.gen.max"),
+    "v100kit_gpu_pcie_link_width_current": ("gauge", GPU_LABELS, "gpu_exporter.py: pcie.link.width.current"),
+    "v100kit_gpu_pcie_link_width_max": ("gauge", GPU_LABELS, "gpu_exporter.py: pcie.link.width.max"),
+    "v100kit_gpu_xid_log_readable": ("gauge", ("reason",), "gpu_exporter.py: 1 when this boot's kernel log was read "
+                                                           "for Xid lines, 0 when not (the reason says why)"),
+    "v100kit_gpu_xid_errors": ("gauge", GPU_LABELS + ("pci", "xid"),
+                               "gpu_exporter.py: Xid events in this boot's kernel log per GPU (PCI address) and Xid "
+                               "code; index/uuid/name empty for a GPU nvidia-smi no longer lists (Xid 79)"),
+    "v100kit_gpu_exporter_last_run_timestamp_seconds": ("gauge", (), "gpu_exporter.py: when it wrote its file"),
     # doctor_local.py
     "v100kit_check_ok": ("gauge", ("check",), "doctor_local.py: 1 ok, 0 broken"),
     "v100kit_check_skipped": ("gauge", ("check",), "doctor_local.py: 1 where the check cannot run here"),

@@ -6,8 +6,9 @@ its own loopback port, the hosts share the machine's network), then Prometheus (
 `prometheus` package, which tools/setup.sh --lab installs) runs on the control machine's loopback with the
 generated configuration, the shipped alert rules and the keyed llama-server's API key in a credentials file written
 by --write-credentials. Through its HTTP API (/api/v1/targets, /api/v1/query, /api/v1/rules):
-- every node exporter target is up; the GPU exporter's file reached it (v100kit_gpu_exporter_up, 0 on these GPU-less
-  hosts: the exporter ran and saw no GPU) and so did the doctor's (v100kit_check_ok, its GPU rows skipped);
+- every node exporter target is up; the GPU exporter's file reached it (v100kit_gpu_exporter_up{reason}, 0 on these
+  GPU-less hosts with nvidia-smi's reason: the exporter ran and saw no GPU; v100kit_gpu_count 0; names as
+  roles/monitoring/METRICS.md lists them) and so did the doctor's (v100kit_check_ok, its GPU rows skipped);
 - llama-server@tiny (lab-trixie, API key set) is up through the credentials file; vllm@tiny (lab-bookworm) is down,
   and the doctor's row says why: without a GPU its unit is condition-skipped (v100kit_check_skipped{check="vllm@tiny
   running"});
@@ -154,7 +155,10 @@ def test_node_gpu_exporter_doctor_and_engine_targets(prometheus):
         # the GPU exporter's file: it ran, and said that it found no GPU (these hosts have none)
         (gpu,) = wait_for(f"v100kit_gpu_exporter_up of {host}",
                           lambda: query(f'v100kit_gpu_exporter_up{{host="{host}"}}'), timeout=60)
-        assert gpu["value"][1] == "0", gpu
+        assert gpu["value"][1] == "0" and gpu["metric"]["reason"], gpu  # why: nvidia-smi's own words
+        (count,) = query(f'v100kit_gpu_count{{host="{host}"}}')
+        assert count["value"][1] == "0", count
+        assert query(f'v100kit_gpu_exporter_last_run_timestamp_seconds{{host="{host}"}}')
         # the doctor's file: recent, its GPU rows skipped, the persistence daemon enabled
         (stamp,) = wait_for(f"the doctor's timestamp of {host}",
                             lambda: query(f'v100kit_doctor_last_run_timestamp_seconds{{host="{host}"}}'), timeout=90)

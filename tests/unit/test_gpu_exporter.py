@@ -162,6 +162,9 @@ def test_h200_capture_values_as_nvidia_smi_printed_them(tmp_path):
     assert value(f, "v100kit_gpu_ecc_uncorrected_volatile_errors", **ids) == 0
     assert value(f, "v100kit_gpu_clock_event_reasons", **ids) == 0
     assert value(f, "v100kit_gpu_clock_event_reason_active", reason="hw_slowdown") == 0
+    # ecc.mode.current "Enabled"; retired_pages.pending "[N/A]" (Hopper remaps rows instead): no series
+    assert value(f, "v100kit_gpu_ecc_mode_enabled", **ids) == 1
+    assert "v100kit_gpu_retired_pages_pending" not in f
     assert all(fam["type"] == "gauge" and fam["help"] for fam in f.values())
 
 
@@ -170,8 +173,46 @@ def test_rtx_capture_idle_reason_and_absent_ecc(tmp_path):
     # reasons 0x0000000000000001 = GPU idle (nvml.h); ECC [N/A] on a GeForce: no series rather than a made-up 0
     assert value(f, "v100kit_gpu_clock_event_reason_active", reason="gpu_idle") == 1
     assert value(f, "v100kit_gpu_clock_event_reason_active", reason="sw_power_cap") == 0
-    assert "v100kit_gpu_ecc_uncorrected_volatile_errors" not in f
+    assert "v100kit_gpu_ecc_uncorrected_volatile_errors" not in f and "v100kit_gpu_ecc_mode_enabled" not in f
     assert value(f, "v100kit_gpu_power_draw_watts", name="NVIDIA GeForce RTX 2080 SUPER") == 97.43
+
+
+def _v100_q_as_query(edit=lambda page: page):
+    """The Tesla V100-PCIE-32GB `nvidia-smi -q` page (tests/data/nvidia_smi_v100.txt, driver 410.48) as the
+    --query-gpu CSV of the same readings (tests/unit/test_metric_names.py q_to_query_csv); `edit` changes the page
+    first."""
+    from tests.unit.test_metric_names import q_to_query_csv, v100_page
+    return q_to_query_csv(edit(v100_page("v100-pcie-32gb-q")))
+
+
+def test_v100_ecc_mode_and_retired_pages_pending(tmp_path):
+    # the page: "Ecc Mode / Current : Enabled", "Retired Pages / Pending : No"
+    f = export(smi(_v100_q_as_query()), tmp_path)
+    gpu = {"name": "Tesla V100-PCIE-32GB"}
+    assert value(f, "v100kit_gpu_ecc_mode_enabled", **gpu) == 1
+    assert value(f, "v100kit_gpu_retired_pages_pending", **gpu) == 0
+    assert value(f, "v100kit_gpu_ecc_uncorrected_volatile_errors", **gpu) == 0
+    assert value(f, "v100kit_gpu_memory_used_bytes", **gpu) == 31194 * 2**20
+    # edited copies, one field each: ECC turned off; a page retirement waiting for the reboot
+    off = export(smi(_v100_q_as_query(lambda p: p.replace(
+        "Ecc Mode\n        Current                     : Enabled",
+        "Ecc Mode\n        Current                     : Disabled", 1))), tmp_path)
+    assert value(off, "v100kit_gpu_ecc_mode_enabled", **gpu) == 0
+    pending = export(smi(_v100_q_as_query(lambda p: p.replace(
+        "        Pending                     : No", "        Pending                     : Yes", 1))), tmp_path)
+    assert value(pending, "v100kit_gpu_retired_pages_pending", **gpu) == 1
+
+
+def test_output_as_the_systemd_unit_passes_it(tmp_path):
+    """v100kit-gpu-exporter.service runs `gpu_exporter.py --output PATH`; the positional form (tools/gpu/monitoring/
+    go.sh) still works; both at once, or neither, is a usage error (exit 2)."""
+    out = tmp_path / "unit.prom"
+    assert gx.main(["--output", str(out)], runner=smi(H200)) == 0
+    assert value(parse_exposition(out.read_text()), "v100kit_gpu_exporter_up") == 1
+    for argv in ([], [str(out), "--output", str(out)]):
+        with pytest.raises(SystemExit) as e:
+            gx.main(argv, runner=smi(H200))
+        assert e.value.code == 2
 
 
 def test_older_driver_throttle_field_name(tmp_path):

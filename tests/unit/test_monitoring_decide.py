@@ -97,8 +97,10 @@ def test_rules_and_dashboard_use_only_the_listed_metric_names():
     unknown = {n for n in names if n.startswith("v100kit_") and n not in decide.METRICS}
     unknown |= {n for n in names if not n.startswith("v100kit_") and not known_engine.match(n)}
     assert unknown == set()
-    assert {"v100kit_gpu_xid_events_total", "v100kit_check_ok", "v100kit_gpu_ecc_errors_uncorrected_volatile",
-            "v100kit_gpu_throttle_reason", "up", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} <= names
+    assert {"v100kit_gpu_xid_errors", "v100kit_gpu_count", "v100kit_check_ok",
+            "v100kit_gpu_ecc_uncorrected_volatile_errors", "v100kit_gpu_retired_pages_pending",
+            "v100kit_gpu_clock_event_reason_active", "v100kit_gpu_xid_log_readable", "up",
+            "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} <= names
     # every check name an alert matches is one doctor_local.py writes
     from roles.monitoring import doctor_local
     written = {c for c, _, _ in doctor_local.judge(_facts(gpus=["0"]), _expect())}
