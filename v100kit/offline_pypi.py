@@ -38,20 +38,11 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from roles.engines import sha256_file, url_file_name
+from roles.vllm.versions import MANYLINUX_GLIBC, lock_glibc  # noqa: F401 (lock_glibc: part of this module's API)
 
-#: The newest glibc a chosen wheel may need, where a lock does not say: the locks are resolved for their release's
-#: platform (roles/vllm/versions.py VllmRelease.platform, x86_64-manylinux_2_28 unless the vLLM wheel needs newer),
-#: which each lock's first line names (lock_glibc), so every locked package has a wheel at or below it.
-MANYLINUX_GLIBC = (2, 28)
-_LOCK_PLATFORM = re.compile(r"x86_64[ -]manylinux_(\d+)_(\d+)")
+#: MANYLINUX_GLIBC, lock_glibc: the platform a lock was resolved for (roles/vllm/versions.py, which the sm_70 check
+#: shares; roles may not import v100kit).
 
-
-def lock_glibc(lock: Path) -> tuple[int, int]:
-    """(major, minor) of the manylinux glibc a lock was resolved for, from its first line ("# vLLM 0.19.1 for Python
-    3.10, x86_64 manylinux_2_31, ...", written by tools/lock_vllm.py), else MANYLINUX_GLIBC. Raises OSError."""
-    with Path(lock).open() as f:
-        m = _LOCK_PLATFORM.search(f.readline())
-    return (int(m.group(1)), int(m.group(2))) if m else MANYLINUX_GLIBC
 #: Transient failures (HTTP 408, 429, 5xx, connection errors, timeouts) are retried RETRIES times, RETRY_DELAY_S
 #: seconds apart: RETRIES + 1 attempts in all.
 RETRIES = 5

@@ -3,7 +3,7 @@
 A wheel's ELF files (shared objects, executables) may embed fatbins: containers of SASS (machine code for one GPU
 architecture, a cubin, "sm_80") and PTX (a virtual ISA the driver compiles at load time, "compute_80"). NVIDIA's
 `cuobjdump --list-elf --list-ptx FILE` lists them. This module downloads a lock's wheels (hash-checked, the wheel
-a manylinux_2_28 x86_64 host with the lock's Python installs), runs cuobjdump on every ELF member of each wheel,
+a host of the lock's platform, manylinux_2_28 or newer x86_64, with the lock's Python installs), runs cuobjdump on every ELF member of each wheel,
 and records per binary the SASS architectures and PTX versions found, and whether compute capability 7.0 can run it.
 
 What runs on compute capability 7.0 (NVIDIA, CUDA C++ Programming Guide, "Binary Compatibility" and "PTX
@@ -45,15 +45,13 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from roles.engines import sha256_file
+from roles.vllm.versions import MANYLINUX_GLIBC, lock_platform
 
 #: The reader: cuobjdump from NVIDIA's PyPI wheel (pyproject.toml's dev group pins it; `uv sync` installs it).
 #: CUDA 13's cuobjdump still lists sm_70 cubins (it only stopped compiling for them) and reads the compressed
 #: fatbins of CUDA 12.8+ builds.
 CUOBJDUMP_DIST = "nvidia-cuda-cuobjdump"
 CUOBJDUMP_VERSION = "13.5.37"
-
-#: The lock's target: the platform tools/lock_vllm.py resolves for (x86_64-manylinux_2_28).
-PLATFORM = "manylinux_2_28_x86_64"
 
 _ELF_MAGIC = b"\x7fELF"
 #: A fatbin's header: magic 0xBA55ED50, version 1, header size 16, then the size of what follows (u64), little
@@ -206,12 +204,14 @@ class LockCheck:
     """The sm_70 check of one lock. lock: the lock file's name (vllm-<version>-py<python>.txt); binaries: every ELF
     member with device code of every wheel the lock installs; no_device_code: "<wheel>:<member>" of ELF members
     without a fatbin (empty when read back from evidence, which keeps only their number per wheel); wheels: every
-    wheel read, in lock order."""
+    wheel read, in lock order; platform: the wheel platform tag the lock was resolved for and its wheels chosen for
+    (roles/vllm/versions.py lock_platform: "manylinux_2_31_x86_64" for vLLM 0.19.1)."""
 
     lock: str
     binaries: tuple[CudaBinary, ...]
     no_device_code: tuple[str, ...]
     wheels: tuple[WheelRead, ...] = ()
+    platform: str = "manylinux_{}_{}_x86_64".format(*MANYLINUX_GLIBC)
 
     @property
     def vllm_version(self) -> str:
@@ -469,7 +469,7 @@ def check_lock(lock_path: Path, cache_dir: Path, fetch: Fetch) -> LockCheck:
     downloads its wheels (hash-checked; reused when already in cache_dir), then every ELF member of every wheel is
     read with the pinned cuobjdump (results kept per wheel sha256 under cache_dir/machine-code).
 
-    Returns a LockCheck (binaries in lock order, then member order). Raises ValueError for a lock name that names no
+    Returns a LockCheck (binaries in lock order, then member order; platform from the lock's first line). Raises ValueError for a lock name that names no
     Python, MachineCodeError when cuobjdump is missing or fails, and what fetch raises (OSError for the network,
     ValueError for a hash mismatch)."""
     lock_path = Path(lock_path)
@@ -483,7 +483,7 @@ def check_lock(lock_path: Path, cache_dir: Path, fetch: Fetch) -> LockCheck:
         binaries += found
         plain += [f"{Path(wheel).name}:{m}" for m in without]
         read.append(WheelRead(Path(wheel).name, sha, len(without), tuple(cubins.items())))
-    return LockCheck(lock_path.name, tuple(binaries), tuple(plain), tuple(read))
+    return LockCheck(lock_path.name, tuple(binaries), tuple(plain), tuple(read), lock_platform(lock_path))
 
 
 # -- evidence ---------------------------------------------------------------------------------------------------
@@ -504,14 +504,14 @@ def reader_name() -> str:
 
 
 def render_evidence(check: LockCheck) -> str:
-    """The evidence of a check as JSON text: the lock, the reader, the verdict, and per wheel (lock order) its
+    """The evidence of a check as JSON text: the lock, its platform, the reader, the verdict, and per wheel (lock order) its
     sha256, its number of ELF members without device code, its standalone cubins by architecture, and one line per
     binary: member, sass, ptx, runs_on_sm70, and where they apply embedded (fatbins outside .nv_fatbin),
     unreadable (entries cuobjdump refused, read from their headers), not_launched or limit (why)."""
     by_wheel: dict[str, list[CudaBinary]] = {}
     for b in check.binaries:
         by_wheel.setdefault(b.wheel, []).append(b)
-    head = {"schema": EVIDENCE_SCHEMA, "lock": check.lock, "platform": PLATFORM, "reader": reader_name(),
+    head = {"schema": EVIDENCE_SCHEMA, "lock": check.lock, "platform": check.platform, "reader": reader_name(),
             "ok": check.ok, "failing": [f"{b.wheel}:{b.member}" for b in check.failing],
             "limits": [f"{b.wheel}:{b.member}" for b in check.limits]}
     lines = ["{"] + [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()] + [' "wheels": {']
@@ -561,4 +561,4 @@ def read_evidence(path: Path) -> LockCheck:
                                 tuple(entry.get("cubins", {}).items())))
         binaries += [CudaBinary(name, b["member"], tuple(b["sass"]), tuple(b["ptx"]), b.get("embedded", 0),
                                 b.get("unreadable", 0)) for b in entry.get("binaries", ())]
-    return LockCheck(data["lock"], tuple(binaries), (), tuple(wheels))
+    return LockCheck(data["lock"], tuple(binaries), (), tuple(wheels), data["platform"])

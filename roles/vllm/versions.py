@@ -15,6 +15,27 @@ from roles.vllm.release_source import HeadSizes
 
 LOCK_DIR = Path(__file__).resolve().parents[2] / "files" / "vllm"
 
+#: The newest glibc a chosen wheel may need, where a lock does not say: the locks are resolved for their release's
+#: platform (VllmRelease.platform, x86_64-manylinux_2_28 unless the vLLM wheel needs newer), which each lock's first
+#: line names (lock_glibc), so every locked package has a wheel at or below it.
+MANYLINUX_GLIBC = (2, 28)
+_LOCK_PLATFORM = re.compile(r"x86_64[ -]manylinux_(\d+)_(\d+)")
+
+
+def lock_glibc(lock: Path) -> tuple[int, int]:
+    """(major, minor) of the manylinux glibc a lock was resolved for, from its first line ("# vLLM 0.19.1 for Python
+    3.10, x86_64 manylinux_2_31, ...", written by tools/lock_vllm.py), else MANYLINUX_GLIBC. Raises OSError."""
+    with Path(lock).open() as f:
+        m = _LOCK_PLATFORM.search(f.readline())
+    return (int(m.group(1)), int(m.group(2))) if m else MANYLINUX_GLIBC
+
+
+def lock_platform(lock: Path) -> str:
+    """The wheel platform tag (PEP 600) a lock was resolved for: "manylinux_2_31_x86_64" from lock_glibc(lock).
+    Raises OSError."""
+    major, minor = lock_glibc(lock)
+    return f"manylinux_{major}_{minor}_x86_64"
+
 
 def release_data_file(version: str) -> Path:
     """files/vllm/<version>.json: what tools/vllm_pin.py found for a release (locks, sm_70 check, facts from its

@@ -5,6 +5,7 @@ and the committed evidence of every supported lock against the lock's own pins."
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -181,6 +182,25 @@ def test_check_lock_reads_each_wheel_once_per_sha256(tmp_path, monkeypatch):
     assert mc.check_lock(lock, tmp_path / "cache", lambda *a: [wheel]) == check
 
 
+def test_check_lock_records_the_platform_its_lock_names(tmp_path):
+    # tools/lock_vllm.py writes the platform uv resolved for into the lock's first line; vLLM 0.19.1's locks say
+    # "x86_64 manylinux_2_31" (its PyPI wheel is vllm-0.19.1-cp38-abi3-manylinux_2_31_x86_64.whl), and the wheels
+    # checked are the ones a manylinux_2_31 host installs, so the evidence must name that platform, not 2_28
+    wheel = _wheel(tmp_path / "pkg-1.0-py3-none-any.whl")
+    lock = tmp_path / "vllm-9.9-py3.12.txt"
+    lock.write_text("# vLLM 9.9 for Python 3.12, x86_64 manylinux_2_31, wheels only, from PyPI.\n"
+                    "pkg==1.0 --hash=sha256:" + "0" * 64 + "\n")
+    check = mc.check_lock(lock, tmp_path / "cache", lambda *a: [wheel])
+    assert check.platform == "manylinux_2_31_x86_64"
+    data = json.loads(mc.render_evidence(check))
+    assert data["platform"] == "manylinux_2_31_x86_64"
+    path = mc.write_evidence(check, lock)
+    assert mc.read_evidence(path).platform == "manylinux_2_31_x86_64"
+    plain = tmp_path / "vllm-9.9-py3.11.txt"
+    plain.write_text("pkg==1.0 --hash=sha256:" + "0" * 64 + "\n")  # a lock that does not say: PEP 600 tag of 2.28
+    assert mc.check_lock(plain, tmp_path / "cache", lambda *a: [wheel]).platform == "manylinux_2_28_x86_64"
+
+
 # -- verdicts of a lock, and the evidence -------------------------------------------------------------------------
 
 def _check(lock: str = "vllm-0.10.2-py3.12.txt") -> LockCheck:
@@ -254,6 +274,22 @@ def test_committed_evidence_covers_exactly_the_locks_wheels_and_passes(release, 
     assert {"torch/lib/libtorch_cuda.so", "vllm/_C.abi3.so"} <= members
     torch = next(b for b in check.binaries if b.member == "torch/lib/libtorch_cuda.so")
     assert "sm_70" in torch.sass  # docs/volta.md §3: the torch builds of both releases keep sm_70
+
+
+@pytest.mark.parametrize("release,python", SUPPORTED, ids=[f"{r.version}-py{py}" for r, py in SUPPORTED])
+def test_committed_evidence_names_the_platform_of_its_lock(release, python):
+    # the lock's own first line says what uv resolved it for ("# vLLM 0.19.1 for Python 3.12, x86_64
+    # manylinux_2_31, ..."); as a wheel platform tag (PEP 600) that is manylinux_2_31_x86_64
+    lock = release.lock_file(python)
+    header = lock.read_text().splitlines()[0]
+    found = re.search(r"x86_64 (manylinux_\d+_\d+),", header)
+    assert found, header
+    data = json.loads(mc.evidence_path(lock).read_text())
+    assert data["platform"] == f"{found.group(1)}_x86_64"
+    assert data["platform"] == release.platform.split("-", 1)[1] + "_x86_64"  # uv's --python-platform
+    if release.version == "0.19.1":  # its vLLM wheel needs glibc 2.31 (PyPI's file name)
+        assert "vllm-0.19.1-cp38-abi3-manylinux_2_31_x86_64.whl" in data["wheels"]
+        assert data["platform"] == "manylinux_2_31_x86_64"
 
 
 def test_failing_release_is_caught():
