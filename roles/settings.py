@@ -376,7 +376,7 @@ class Settings(BaseModel):
     vllm_version: str = Field(
         "0.8.5.post1", pattern=r"^[0-9][0-9A-Za-z.+-]*$",
         description="vLLM release, one of roles/vllm/versions.py (0.8.5.post1: V0 engine, tensor cores on Volta; "
-                    "0.10.2: V1, also Python 3.13)")
+                    "0.10.2: V1, also Python 3.13; 0.19.1: V1, newer models, glibc 2.31+)")
     vllm_python: HostPath = Field(
         "/usr/bin/python3", description="host Python the venv is built on; its version picks the lock file")
     vllm_index_url: str = Field(

@@ -90,3 +90,17 @@ def test_write_readme_table_replaces_only_the_marked_table(tmp_path):
     write_readme_table(str(readme))
     assert readme.read_text() == ("# title\n\n<!-- settings:start -->\n" + settings_table()
                                   + "\n<!-- settings:end -->\n\nafter\n")
+
+
+def test_vllm_version_description_names_every_installable_release():
+    # a new user picks vllm_version from the README table: every release roles/vllm/versions.py installs (those not
+    # refused, with a lock per Python in files/vllm/) must be named there, with its engine
+    from roles.vllm.versions import VLLM_RELEASES
+    description = Settings.model_fields["vllm_version"].description
+    installable = [r for r in VLLM_RELEASES.values() if r.refused is None]
+    assert [r.version for r in installable] == ["0.8.5.post1", "0.10.2", "0.19.1"]
+    for r in installable:
+        assert all(r.lock_file(py).is_file() for py in r.pythons), r.version
+        assert re.search(rf"{re.escape(r.version)}: {r.engine}\b", description), (r.version, description)
+    row = next(line for line in README.read_text().splitlines() if line.startswith("| `vllm_version` |"))
+    assert description in row, "README table: python -m roles.settings --write-readme"
