@@ -114,6 +114,10 @@ def _runfile(version: str, url: str, sha256: str, size: int, evidence: tuple[str
                      runfile=Runfile(url, sha256, size, evidence), evidence="; ".join(evidence))
 
 
+#: CUDA 13.0 Update 2's bundled driver, by NVIDIA's own installer name
+_CUDA_13_0_2_DRIVER = ("developer.download.nvidia.com/compute/cuda/13.0.2/local_installers/cuda_13.0.2_580.95.05_linux.run "
+                       "(installed by that name in pytorch .ci/docker/common/install_cuda.sh)")
+
 #: (platform id, source) -> installable drivers, default first.
 DRIVER_PINS: dict[tuple[str, str], tuple[DriverPin, ...]] = {
     ("debian12", "distro"): (
@@ -139,17 +143,21 @@ DRIVER_PINS: dict[tuple[str, str], tuple[DriverPin, ...]] = {
                        "nvidia-driver-580-server=580.173.02-0ubuntu0.24.04.1: packages.ubuntu.com/noble, retrieved "
                        "2026-09-07, and apt installs of it in two public provisioning scripts"),
         _ubuntu_server("535.274.02", 535, "0ubuntu0.24.04.1")),
+    # NVIDIA's repositories default to their newest R580 shown: R580 is the last branch with Volta and 550 has ended
+    # (issue 28; NVIDIA's own ansible role moved its default to 580: NVIDIA/ansible-role-nvidia-driver#89). 550.54.15
+    # (CUDA 12.4 Update 1's driver) stays pinnable where the repository carries it, below KERNEL_MIN_DRIVER's 550 rows.
     # NVIDIA's debian12 repository: nvidia-kernel-dkms=580.159.04-1 and 580.126.20-1 are installed from it in public
     # provisioning notes (2026-05); cuda-drivers-580 follows NVIDIA's -1 revision there (M)
-    ("debian12", "nvidia"): (_nvidia_repo("550.54.15", "debian"),
-                             _nvidia_repo("580.159.04", "debian", evidence="nvidia-kernel-dkms=580.159.04-1 from "
+    ("debian12", "nvidia"): (_nvidia_repo("580.159.04", "debian", evidence="nvidia-kernel-dkms=580.159.04-1 from "
                                           "developer.download.nvidia.com/compute/cuda/repos/debian12 (public notes, "
-                                          "2026-05)")),
+                                          "2026-05)"),
+                             _nvidia_repo("550.54.15", "debian")),
     # NVIDIA's ubuntu repositories: no public record of a newer x86_64 cuda-drivers-580 revision was found (the sbsa
     # repository shows cuda-drivers-580=580.159.04-1ubuntu1, another revision scheme than the -1 used here), so these
-    # stay at 580.95.05 (M)
-    ("ubuntu2204", "nvidia"): (_nvidia_repo("550.54.15", "ubuntu"), _nvidia_repo("580.95.05", "ubuntu")),
-    ("ubuntu2404", "nvidia"): (_nvidia_repo("580.95.05", "ubuntu"),),
+    # stay at 580.95.05, the driver of CUDA 13.0 Update 2, which NVIDIA's repositories carry with each CUDA release (M)
+    ("ubuntu2204", "nvidia"): (_nvidia_repo("580.95.05", "ubuntu", evidence=_CUDA_13_0_2_DRIVER),
+                               _nvidia_repo("550.54.15", "ubuntu")),
+    ("ubuntu2404", "nvidia"): (_nvidia_repo("580.95.05", "ubuntu", evidence=_CUDA_13_0_2_DRIVER),),
     # NVIDIA's .run installer: the only R580 for Debian 13 (Debian has none, NVIDIA's debian13 repository carries
     # 590+ only). sha256 from flathub/org.freedesktop.Platform.GL.nvidia data/nvidia-<version>-x86_64.data
     # (sha256sum of the downloaded file, with its size) and from nixpkgs pkgs/os-specific/linux/nvidia-x11/default.nix
@@ -208,6 +216,13 @@ KERNEL_MIN_DRIVER: dict[int, tuple[KernelFloor, ...]] = {
     570: (
         KernelFloor("6.15", "570.169", "570.153 fails on 6.15, 570.169 builds (damentz/liquorix-package#198)"),
         KernelFloor("6.17", "570.195.03", "570.183 fails on 6.17.1, 570.195.03 builds (Frogging-Family/nvidia-all#310)"),
+    ),
+    550: (
+        # no public record found of the first 550 release that builds on 6.10: the floor is the oldest 550 shown to
+        # build on 6.10 or newer, Debian 13's 550.163.01 for its 6.12 kernel (conservative)
+        KernelFloor("6.10", "550.163.01", "550.78 fails to build on 6.10.5 (NixOS/nixpkgs#332350); Debian 13 ships "
+                    "550.163.01 for its 6.12 kernel (apt-cache madison, trixie) (M: the oldest 550 that builds on 6.10 "
+                    "is not known)"),
     ),
 }
 

@@ -318,3 +318,16 @@ def test_plan_level_ubuntu_hwe_kernel_refusal_for_535_names_the_580_pin():
     with pytest.raises(SettingsError) as e:
         plan_commands(UBUNTU_2404, {"nvidia_driver_version": "535.274.02", "cuda_allow_minor_version_compat": True}, hwe)
     assert "set nvidia_driver_version: 580.173.02" in str(e.value).split("Fix: ", 1)[1]
+
+
+def test_plan_level_550_below_its_kernel_floor_refused():
+    # 550.78 fails to build its module on Linux 6.10.5 (NixOS/nixpkgs#332350, the build log pasted there: make
+    # "Error 2" in NVIDIA-Linux-x86_64-550.78/kernel); 550.54.15 is older still, so NVIDIA's debian12 repository's
+    # 550 pin is refused beside a 6.10 kernel, naming the R580 of the same repository, which builds there
+    responses = {"build/Makefile": ["6.1.0-26-amd64 1", "6.10.5-amd64 1"]}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(DEBIAN_12, {"nvidia_driver_source": "nvidia", "nvidia_driver_version": "550.54.15"}, responses)
+    text = str(e.value)
+    assert "nvidia_driver_version = '550.54.15'" in text and "kernel 6.10.5-amd64 (series 6.10)" in text
+    assert "580.159.04" in text.split("Fix: ", 1)[1]
+    assert plan_commands(DEBIAN_12, {"nvidia_driver_source": "nvidia"}, responses)  # the R580 default builds there

@@ -87,3 +87,22 @@ def test_plan_debian12_cuda124_needs_minor_version_compat():
         plan_commands(DEBIAN_12, data)
     cmds = plan_commands(DEBIAN_12, {**data, "cuda_allow_minor_version_compat": True})
     assert "cuda-toolkit-12-4=12.4.1-1" in installs(cmds)
+
+
+#: NVIDIA's repositories carry the driver each CUDA release bundles: CUDA 13.0 Update 2's installer is
+#: cuda_13.0.2_580.95.05_linux.run (developer.download.nvidia.com/compute/cuda/13.0.2/local_installers/, installed by
+#: name in pytorch's .ci/docker/common/install_cuda.sh), so cuda-drivers-580=580.95.05-1 in the ubuntu repositories
+UBUNTU_REPO_R580 = "580.95.05-1"
+#: NVIDIA's debian12 repository: nvidia-kernel-dkms=580.159.04-1 installed from
+#: developer.download.nvidia.com/compute/cuda/repos/debian12 in public provisioning notes (2026-05)
+DEBIAN12_REPO_R580 = "580.159.04-1"
+
+
+@pytest.mark.parametrize("os_release, dkms, version", [
+    (UBUNTU_2204, "nvidia-dkms-580", UBUNTU_REPO_R580), (DEBIAN_12, "nvidia-kernel-dkms", DEBIAN12_REPO_R580)])
+def test_plan_level_nvidia_repo_default_is_r580_not_the_ended_550(os_release, dkms, version):
+    # R580 is the last branch for Volta and the 550 branch has ended (issue 28; NVIDIA's own ansible role moved its
+    # default to 580: NVIDIA/ansible-role-nvidia-driver#89): NVIDIA's repository defaults to the newest R580 it shows
+    pkgs = installs(plan_commands(os_release, {"nvidia_driver_source": "nvidia"}))
+    assert f"cuda-drivers-580={version}" in pkgs and f"{dkms}={version}" in pkgs
+    assert not [p for p in pkgs if "550" in p.split("=")[0] or "=550." in p], pkgs
