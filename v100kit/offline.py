@@ -9,8 +9,10 @@ machine.
 - apt: each repository's signed InRelease, the indexes apt reads, and the .debs the host lacks for the packages
   the deploy installs (v100kit/offline_apt.py), in the archives' own layout;
 - PyPI: every wheel of the host's vLLM lock and the pinned uv wheel, as a simple index (v100kit/offline_pypi.py);
-- files: the llama.cpp source archive, NVIDIA's repository key where a host uses it, and the models given as
-  URLs (as models/SHA256/FILE, served through llama_cpp_model_mirror).
+- files: the llama.cpp source archive, NVIDIA's repository key where a host uses it, NVIDIA's pinned .run driver
+  installer of a host with `nvidia_driver_source: runfile` (from the pin's URL, or nvidia_driver_runfile_url;
+  served through nvidia_driver_runfile_url), and the models given as URLs (as models/SHA256/FILE, served through
+  llama_cpp_model_mirror).
 Every file is checked on the way in against the checksum the deploy checks it against (the InRelease and index
 sha256, the lock's hashes, the pinned sha256s); the hosts check them again. Models from the control machine or a
 Hugging Face commit are pushed by the deploy over SSH as always (a hub commit is fetched into the hub cache by
@@ -312,6 +314,8 @@ def host_settings(plan) -> dict:
         out["llama_cpp_source_sha256"] = plan.llama_cpp.source.sha256
     if any(is_url(i.settings.model_source or "") for i in (plan.llama_cpp.instances if plan.llama_cpp else ())):
         out["llama_cpp_model_mirror"] = "{base}/models"
+    if plan.driver and plan.driver.runfile_url:  # nvidia_driver_source: runfile; the host checks the pinned sha256
+        out["nvidia_driver_runfile_url"] = f"{{base}}/files/{url_file_name(plan.driver.runfile_url)}"
     return out
 
 
@@ -359,6 +363,9 @@ def fill_host(directory: Path, name: str, plan, commands: list[str], dpkg_status
         wheels = offline_pypi.fill_wheels(plan.vllm.lock, plan.vllm.python, directory / "pypi")
         uv = offline_pypi.fill_file(UV_WHEEL_URL, UV_WHEEL_SHA256, directory / "pypi" / "files")
         report.append(f"{name}: PyPI: {len(wheels)} wheels of {plan.vllm.lock.name}, uv {uv.name}")
+    if plan.driver and plan.driver.runfile_url:  # the pinned .run installer, checked against the pin's sha256
+        path = offline_pypi.fill_file(plan.driver.runfile_url, plan.driver.pin.runfile.sha256, directory / "files")
+        report.append(f"{name}: NVIDIA driver installer {path.name} ({path.stat().st_size / 2**20:.0f} MiB)")
     if plan.llama_cpp and not plan.llama_cpp.source_is_local:
         src = plan.llama_cpp.source
         path = offline_pypi.fill_file(src.url, src.sha256, directory / "files")
