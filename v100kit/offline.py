@@ -16,7 +16,9 @@ machine.
 Every file is checked on the way in against the checksum the deploy checks it against (the InRelease and index
 sha256, the lock's hashes, the pinned sha256s); the hosts check them again. Models from the control machine or a
 Hugging Face commit are pushed by the deploy over SSH as always (a hub commit is fetched into the hub cache by
-`fill`). DIR/settings.json records the data a deploy from DIR needs, with {base} for the server's URL.
+`fill`). DIR/settings.json records the data a deploy from DIR needs, with {base} for the server's URL. While it
+runs, `fill` prints one line per file on stderr (`offline fill: downloaded|cached SIZE PATH`); stdout gets the
+report at the end.
 
 `deploy` serves DIR with a short-lived HTTP server bound to ADDR (an IPv4 address of the control machine that the
 hosts reach, e.g. its end of a private network) and runs `pyinfra -y INVENTORY deploy.py` with that data; the server

@@ -58,17 +58,17 @@ def served_url(base: str, url: str) -> str:
 def _fetch(url: str, dest: Path, sha256: str | None = None) -> Path:
     """Download `url` to `dest` with offline_pypi's downloader (a .part file renamed once complete, transient
     failures retried); with `sha256`, keep an existing file that has it and refuse a download that does not.
-    Raises OfflineError."""
-    from v100kit.offline_pypi import OfflinePypiError, _download
+    Prints the file's progress line on stderr (offline_pypi.said). Raises OfflineError."""
+    from v100kit.offline_pypi import OfflinePypiError, _download, said
 
     if sha256 and dest.is_file() and sha256_file(dest) == sha256:
-        return dest
+        return said(dest, "cached")
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         _download(url, dest, {sha256} if sha256 else None)
     except (OfflinePypiError, OSError) as e:
         raise OfflineError(f"{url}: {e}") from None
-    return dest
+    return said(dest, "downloaded")
 
 
 def release_sha256(inrelease: str) -> dict[str, tuple[str, int]]:

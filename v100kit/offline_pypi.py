@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 import urllib.error
@@ -285,6 +286,21 @@ def _download(url: str, target: Path, allowed: Collection[str] | None) -> str:
             os.unlink(part)
 
 
+def said(path: Path, how: str) -> Path:
+    """Print one progress line of `offline fill` for a file now in the directory, on stderr (stdout keeps the
+    report): `offline fill: HOW SIZE PATH`, HOW "downloaded" or "cached" (there before, with the checksum it must
+    have), SIZE in binary units (B, KiB, MiB, GiB). Returns `path`."""
+    size = float(path.stat().st_size)
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            break
+        size /= 1024
+    print(f"offline fill: {how} {size:.0f} {unit} {path}" if unit == "B" else
+          f"offline fill: {how} {size:.1f} {unit} {path}", file=sys.stderr, flush=True)
+    return path
+
+
 def fill_file(url: str, sha256: str, dest: Path) -> Path:
     """Download one pinned file, e.g. the uv wheel (roles/vllm/versions.py UV_WHEEL_URL, UV_WHEEL_SHA256), into the
     directory dest (created if missing) under the last segment of the URL's path; returns its path.
@@ -304,9 +320,9 @@ def fill_file(url: str, sha256: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / name
     if target.is_file() and sha256_file(target) == sha256:
-        return target
+        return said(target, "cached")
     _download(url, target, {sha256})
-    return target
+    return said(target, "downloaded")
 
 
 # -- the index --------------------------------------------------------------------------------------------------
@@ -398,7 +414,7 @@ def fill_wheels(lock: Path, python: str, dest: Path, index_url: str = "https://p
         local = [(rank, name) for name, sha in have.items()
                  if sha in req.hashes and _wheel_of(name, req) and (rank := wheel_rank(name, python, glibc)) is not None]
         if local:
-            chosen.append(files / min(local)[1])
+            chosen.append(said(files / min(local)[1], "cached"))
             continue
         candidates = sorted(
             ((rank, f.sha256 is None, f.filename, f) for f in _project_files(index_url, req.name)
@@ -414,7 +430,7 @@ def fill_wheels(lock: Path, python: str, dest: Path, index_url: str = "https://p
                 if listed.sha256:  # listed under a lock hash, served otherwise: a broken mirror, not a choice
                     raise
                 continue  # an unhashed listing of another build: try the next
-            got = files / filename
+            got = said(files / filename, "downloaded")
             break
         if got is None:
             missing.append(f"{req.name}=={req.version}")

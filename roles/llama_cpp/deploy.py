@@ -21,6 +21,7 @@ from roles.llama_cpp.facts import ServerEvidence
 from roles.llama_cpp.jobs import host_build_jobs
 from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.ops import CURL_RETRY, current_link, instance_config, remove_instances, restart_then_run, verified
+from roles.progress import BUILD_STEPS, Streamed, watched
 from roles.settings import Settings
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -31,7 +32,9 @@ def build(plan_: LlamaCppPlan, jobs: int):
     """Build llama-server into plan_.prefix unless a build with the same configuration is already there.
 
     The tree is built in WORK, installed to <prefix>.new, smoke-checked (`llama-server --version`), then renamed to
-    the prefix and stamped. Any failure leaves existing prefixes and `current` as they were."""
+    the prefix and stamped. Any failure leaves existing prefixes and `current` as they were. The compiler's output
+    goes to WORK/build-<prefix name>.log (kept); the deploy log shows the build's progress while it runs and the
+    log's last 60 lines if it fails."""
     stamp = json.dumps({"source_sha256": plan_.source.sha256, "cmake": plan_.cmake_args}, sort_keys=True)
     existing = host.get_fact(File, path=f"{plan_.prefix}/{STAMP}")
     if existing:
@@ -45,7 +48,9 @@ def build(plan_: LlamaCppPlan, jobs: int):
                 f"s=$(dirname $(grep -l 'project(\"llama.cpp\"' $(find {b}/src -maxdepth 4 -name CMakeLists.txt) "
                 "| awk '{print length, $0}' | sort -n | head -1 | cut -d' ' -f2))")
     cmake = " ".join(shlex.quote(a) for a in plan_.cmake_args)
-    yield (
+    name = Path(plan_.prefix).name
+    log = f"{WORK}/build-{name}.log"
+    yield Streamed(
         f"set -e; rm -rf {b} {plan_.prefix}.new; mkdir -p {b}/src {CCACHE_DIR}; "
         f"tar -xzf {plan_.archive} -C {b}/src; {find_src}; "
         # the tree always sits at <build>/llama.cpp, whatever the archive's layout: same relative paths, so
@@ -54,10 +59,13 @@ def build(plan_: LlamaCppPlan, jobs: int):
         # relative paths in the command lines (CCACHE_BASEDIR) and the same tree path let ccache hit across refs
         f"export CCACHE_DIR={CCACHE_DIR} CCACHE_BASEDIR={WORK}/build CCACHE_NOHASHDIR=true; "
         f"cmake -S $s -B {b}/build {cmake} > {b}/configure.log 2>&1 || {{ tail -40 {b}/configure.log >&2; exit 1; }}; "
-        f"cmake --build {b}/build -j {jobs} --target llama-server > {b}/build.log 2>&1 "
-        f"|| {{ tail -60 {b}/build.log >&2; exit 1; }}; "
+        # the compiler's output goes to a log kept beside the build area; the deploy log gets a line per 10 % of
+        # the build or per minute (roles/progress.py), printed as it comes (Streamed)
+        f"rm -f {log}; "
+        + watched(f"cmake --build {b}/build -j {jobs} --target llama-server", log, f"build {name}", BUILD_STEPS,
+                  f"{{ tail -60 {log} >&2; exit 1; }}") + "; "
         f"mkdir -p {plan_.prefix}.new/bin; cp -a {b}/build/bin/llama-server {b}/build/bin/*.so* {plan_.prefix}.new/bin/; "
-        f"{plan_.prefix}.new/bin/llama-server --version; "
+        f"{plan_.prefix}.new/bin/llama-server --version 2>&1; "
         f"printf '%s\\n' {shlex.quote(stamp)} > {plan_.prefix}.new/{STAMP}; "
         f"mv -T {plan_.prefix}.new {plan_.prefix}; rm -rf {WORK}/build"  # also trees of earlier failed builds
     )

@@ -12,8 +12,9 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
 
-from roles.ray.decide import HEAD_TEMP_DIR as RAY_TEMP_DIR
 from roles.ops import CURL_RETRY, current_link, instance_config, remove_instances, restart_then_run
+from roles.progress import UV_STEPS, Streamed, watched
+from roles.ray.decide import HEAD_TEMP_DIR as RAY_TEMP_DIR
 from roles.settings import Settings
 from roles.vllm.decide import (CHECK, CONFIG_DIR, CURRENT, INDEX_URL, STAMP, UV, UV_CACHE, VENV_ROOT, WORK, VllmPlan,
                                environment, install_flags)
@@ -40,19 +41,24 @@ def venv(p: VllmPlan, python: str, lock: str, index_url: str = INDEX_URL):
     uv creates the venv on `python` and installs exactly the locked wheels (--require-hashes, --no-deps,
     --only-binary :all:), compiled to bytecode (the service user cannot write __pycache__ under /opt); then
     `uv pip check` and check_venv.py (vLLM version, sm_70 in torch) must pass before the stamp is written. Any
-    failure removes this half-made venv only. `index_url`: PyPI's simple index or a mirror (install_flags)."""
+    failure removes this half-made venv only. `index_url`: PyPI's simple index or a mirror (install_flags). uv's
+    output goes to WORK/install-<venv name>.log; the deploy log shows the downloads' progress while they run and
+    the log's last 30 lines if a step fails."""
     if host.get_fact(File, path=f"{p.venv}/{STAMP}"):
         return
     log = f"{WORK}/install-{Path(p.venv).name}.log"
     stamp = json.dumps({"vllm": p.release.version, "python": p.python, "lock_sha256": p.lock_sha256})
     fail = f"{{ tail -30 {log} >&2; rm -rf {p.venv}; exit 1; }}"
-    yield (
+    yield Streamed(
         f"set -e; rm -rf {p.venv}; mkdir -p {UV_CACHE}; "
         f"export UV_CACHE_DIR={UV_CACHE} UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never UV_NO_CONFIG=1 "
         "UV_SYSTEM_CERTS=1; "  # the host's CA store: a TLS-inspecting proxy's CA (base_ca_certificates) works
         f"{UV} venv --quiet --python {shlex.quote(python)} {p.venv} > {log} 2>&1 || {fail}; "
-        f"{UV} pip install --python {p.venv}/bin/python {' '.join(shlex.quote(a) for a in install_flags(index_url))} "
-        f"-r {lock} >> {log} 2>&1 || {fail}; "
+        # the longest step (GBs of wheels): uv's lines go to the log, the deploy log gets a line per 10 % of the
+        # large downloads or per minute (roles/progress.py), printed as it comes (Streamed)
+        + watched(f"{UV} pip install --python {p.venv}/bin/python "
+                  f"{' '.join(shlex.quote(a) for a in install_flags(index_url))} -r {lock}",
+                  log, f"venv {Path(p.venv).name}", UV_STEPS, fail) + "; "
         f"{UV} pip check --python {p.venv}/bin/python >> {log} 2>&1 || {fail}; "
         f"{p.venv}/bin/python {CHECK} {p.release.version} >> {log} 2>&1 || {fail}; "
         f"printf '%s\\n' {shlex.quote(stamp)} > {p.venv}/{STAMP}"
