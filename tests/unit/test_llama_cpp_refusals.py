@@ -27,7 +27,8 @@ def problems(inst: dict, gpus: list | None = None, **top) -> list[str]:
 
 @pytest.mark.parametrize("inst", [{}, {"model_path": ON_HOST, "model_source": "/m.gguf"}])
 def test_exactly_one_model_setting(inst):
-    shown = {"model_path": inst.get("model_path"), "model_source": inst.get("model_source"), "model_sha256": None}
+    shown = {"model_path": inst.get("model_path"), "model_source": inst.get("model_source"), "model_sha256": None,
+             "model_parts_sha256": None}
     assert problems(inst) == [f"{K} = {shown!r}: needs exactly one of model_path and model_source. Fix: set "
                               "model_path (a file on the host) or model_source with model_sha256"]
 
