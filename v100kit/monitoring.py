@@ -84,6 +84,18 @@ def _target_json(found: list[Target]) -> dict:
             "notes": [t.note for t in found if t.note]}
 
 
+def _seconds(value: str) -> int:
+    """--scrape-interval: a whole number of seconds >= 1 (Prometheus refuses a negative duration and reads 0s as
+    its default)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of seconds >= 1 (e.g. 30)")
+    return n
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from v100kit.cli import inventory_arguments
 
@@ -97,7 +109,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write each keyed instance's key there (0600), read from its api_key_file")
     s.add_argument("--rules", action="append", metavar="FILE", default=[],
                    help="rule files to list (e.g. files/monitoring/alerts.yml; repeatable)")
-    s.add_argument("--scrape-interval", type=int, default=30, metavar="SECONDS")
+    s.add_argument("--scrape-interval", type=_seconds, default=30, metavar="SECONDS")
 
 
 def run(args: argparse.Namespace) -> int:

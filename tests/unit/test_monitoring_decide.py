@@ -251,3 +251,16 @@ def test_doctor_script_runs_with_the_distributions_python_alone(tmp_path):
     assert 'v100kit_check_skipped{check="persistence mode on"} 1' in text
     assert re.search(r"^v100kit_doctor_last_run_timestamp_seconds \d+\.\d+$", text, re.M)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+@pytest.mark.parametrize("interval", ["0", "-5"])
+def test_a_scrape_interval_below_one_second_is_a_bad_argument(tmp_path, capsys, interval):
+    # Prometheus' own parser refuses "-5s" (promtool check config: 'not a valid duration string') and reads "0s" as
+    # its 1m default: either is a bad argument (exit 2, naming the option and the value), never a configuration
+    inventory = tmp_path / "inv.py"
+    inventory.write_text("boxes = [('ok-01', {'monitoring_enabled': True})]\n")
+    with pytest.raises(SystemExit) as e:
+        main(["monitoring", "scrape-config", str(inventory), "--scrape-interval", interval])
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--scrape-interval" in captured.err and interval in captured.err
