@@ -432,8 +432,9 @@ class Settings(BaseModel):
         15, ge=5, le=3600, description="seconds between two runs of the GPU exporter (nvidia-smi into the "
                                        "textfile directory)")
     monitoring_doctor_interval_s: int = Field(
-        300, ge=30, le=86400, description="seconds between two runs of the doctor's host-local checks on the box "
-                                          "(v100kit_check_ok metrics)")
+        300, ge=30, le=900, description="seconds between two runs of the doctor's host-local checks on the box "
+                                        "(v100kit_check_ok metrics); at most 900: the V100kitDoctorStale alert "
+                                        "fires after 1800 s without a run")
     monitoring_textfile_dir: HostPath = Field(
         "/var/lib/prometheus/node-exporter", description="the node exporter's textfile collector directory, passed "
                                                          "to it explicitly (the default of Debian's package, which "

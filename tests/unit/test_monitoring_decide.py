@@ -264,3 +264,14 @@ def test_a_scrape_interval_below_one_second_is_a_bad_argument(tmp_path, capsys, 
     assert e.value.code == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "--scrape-interval" in captured.err and interval in captured.err
+
+
+def test_the_doctor_stale_alert_holds_for_every_allowed_doctor_interval():
+    # V100kitDoctorStale fires when the doctor's last run is older than its threshold: a doctor timer allowed to run
+    # less often than that (monitoring_doctor_interval_s 3600 was accepted) would fire it between every two runs
+    rules = yaml.safe_load(RULES.read_text())
+    expr = next(r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == "V100kitDoctorStale")
+    threshold = int(re.search(r"v100kit_doctor_last_run_timestamp_seconds > (\d+)", expr).group(1))
+    longest = Settings.model_fields["monitoring_doctor_interval_s"].metadata
+    le = next(m.le for m in longest if hasattr(m, "le") and m.le is not None)
+    assert 2 * le <= threshold, f"monitoring_doctor_interval_s may be {le} s; the alert fires after {threshold} s"
