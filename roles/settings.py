@@ -429,8 +429,8 @@ class Settings(BaseModel):
                                           "connect to the node exporter (systemd IPAddressAllow, all others "
                                           "denied); required with a listen address other than loopback")
     monitoring_gpu_interval_s: int = Field(
-        15, ge=5, le=3600, description="seconds between two runs of the GPU exporter (nvidia-smi into the "
-                                       "textfile directory)")
+        15, ge=5, le=900, description="seconds between two runs of the GPU exporter (nvidia-smi into the "
+                                      "textfile directory); at most 900: V100kitGpuExporterStale fires after 1800 s")
     monitoring_doctor_interval_s: int = Field(
         300, ge=30, le=900, description="seconds between two runs of the doctor's host-local checks on the box "
                                         "(v100kit_check_ok metrics); at most 900: the V100kitDoctorStale alert "

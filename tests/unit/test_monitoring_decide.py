@@ -266,12 +266,15 @@ def test_a_scrape_interval_below_one_second_is_a_bad_argument(tmp_path, capsys, 
     assert captured.out == "" and "--scrape-interval" in captured.err and interval in captured.err
 
 
-def test_the_doctor_stale_alert_holds_for_every_allowed_doctor_interval():
-    # V100kitDoctorStale fires when the doctor's last run is older than its threshold: a doctor timer allowed to run
-    # less often than that (monitoring_doctor_interval_s 3600 was accepted) would fire it between every two runs
+@pytest.mark.parametrize("alert, metric, setting", [
+    ("V100kitDoctorStale", "v100kit_doctor_last_run_timestamp_seconds", "monitoring_doctor_interval_s"),
+    ("V100kitGpuExporterStale", "v100kit_gpu_exporter_last_run_timestamp_seconds", "monitoring_gpu_interval_s")])
+def test_the_stale_alerts_hold_for_every_allowed_interval(alert, metric, setting):
+    # each Stale alert fires when its timer's last run is older than its threshold: a timer allowed to run less often
+    # than that (monitoring_doctor_interval_s 3600 was accepted) would fire it between every two runs
     rules = yaml.safe_load(RULES.read_text())
-    expr = next(r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == "V100kitDoctorStale")
-    threshold = int(re.search(r"v100kit_doctor_last_run_timestamp_seconds > (\d+)", expr).group(1))
-    longest = Settings.model_fields["monitoring_doctor_interval_s"].metadata
+    expr = next(r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == alert)
+    threshold = int(re.search(re.escape(metric) + r" > (\d+)", expr).group(1))
+    longest = Settings.model_fields[setting].metadata
     le = next(m.le for m in longest if hasattr(m, "le") and m.le is not None)
-    assert 2 * le <= threshold, f"monitoring_doctor_interval_s may be {le} s; the alert fires after {threshold} s"
+    assert 2 * le <= threshold, f"{setting} may be {le} s; {alert} fires after {threshold} s"
