@@ -54,27 +54,32 @@ def collect(inventory_file: str, limit: list[str] | None, credentials_dir: str |
 
 def write_credentials(results: dict, settings: dict) -> list[dict]:
     """Write each keyed instance's API key (its api_key_file on this machine) to its credentials file, 0600 in a
-    0700 directory; returns [{"file", "host", "unit"}]. Raises OSError / ValueError (read_api_key's problem)."""
-    written = []
+    0700 directory; returns [{"file", "host", "unit"}]. Every key is read before the first file is written, so a
+    missing key file leaves no host half-written. Raises ValueError naming each host and setting whose key cannot be
+    read (read_api_key's problems), OSError where a file cannot be written."""
+    keys, problems = [], []
     for host, found in results.items():
         if isinstance(found, HostFailure):
             continue
         for t in found:
             if not t.credentials_file:
                 continue
-            unit = f"{t.labels['engine']}@{t.labels['instance_name']}"
-            table = (settings[host].llama_cpp_instances if t.labels["engine"] == "llama-server"
-                     else settings[host].vllm_instances)
-            key, problems = read_api_key(f"{unit}.api_key_file", table[t.labels["instance_name"]].api_key_file)
-            if problems:
-                raise ValueError("; ".join(problems))
-            path = Path(t.credentials_file)
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(key)  # Prometheus reads the whole file as the credentials (trailing whitespace trimmed)
-            os.chmod(path, 0o600)
-            written.append({"file": str(path), "host": host, "unit": unit})
+            name, engine = t.labels["instance_name"], t.labels["engine"]
+            table, key_name = ((settings[host].llama_cpp_instances, "llama_cpp_instances") if engine == "llama-server"
+                               else (settings[host].vllm_instances, "vllm_instances"))
+            key, found_problems = read_api_key(f"{key_name}.{name}.api_key_file", table[name].api_key_file)
+            problems += [f"{host}: {p}" for p in found_problems]
+            keys.append((host, f"{engine}@{name}", Path(t.credentials_file), key))
+    if problems:
+        raise ValueError("; ".join(problems))
+    written = []
+    for host, unit, path, key in keys:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key)  # Prometheus reads the whole file as the credentials (trailing whitespace trimmed)
+        os.chmod(path, 0o600)
+        written.append({"file": str(path), "host": host, "unit": unit})
     return written
 
 
@@ -122,7 +127,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         written = write_credentials(results, settings) if args.write_credentials else []
     except (OSError, ValueError) as e:  # an api_key_file that cannot be read, a directory that cannot be written
-        print(f"v100kit monitoring: cannot write the credentials: {e}", file=sys.stderr)
+        print(f"v100kit monitoring: cannot write the credentials, none written: {e}", file=sys.stderr)
+        if args.json:  # --json keeps its one-object contract on failure too, with the cause
+            print(json.dumps({"config": None, "hosts": json_results(results, _target_json), "credentials": [],
+                              "error": "credentials", "cause": str(e)}, indent=2))
         return FINDING
     if args.json:
         print(json.dumps({"config": config, "hosts": json_results(results, _target_json), "credentials": written},

@@ -278,3 +278,26 @@ def test_the_stale_alerts_hold_for_every_allowed_interval(alert, metric, setting
     longest = Settings.model_fields[setting].metadata
     le = next(m.le for m in longest if hasattr(m, "le") and m.le is not None)
     assert 2 * le <= threshold, f"{setting} may be {le} s; {alert} fires after {threshold} s"
+
+
+def test_a_missing_key_file_writes_no_credentials_and_names_the_host_and_setting(tmp_path, capsys):
+    # two hosts with an instance of the same name; gpu-02's key file is missing: nothing is written for either
+    # (gpu-01's was written before the fix), the error names the host and the setting, and --json still prints one
+    # object with the cause
+    key = tmp_path / "key"
+    key.write_text(SECRET + "\n")
+    hosts = [(h, {"llama_cpp_instances": {"gemma": {"model_path": "/a.gguf", "listen": "0.0.0.0",
+                                                    "api_key_file": str(f)}}})
+             for h, f in (("gpu-01", key), ("gpu-02", tmp_path / "missing.key"))]
+    inventory = tmp_path / "inv.py"
+    inventory.write_text(f"boxes = {hosts!r}\n")
+    creds = tmp_path / "creds"
+    rc = main(["monitoring", "scrape-config", str(inventory), "--credentials-dir", str(creds), "--write-credentials",
+               "--json"])
+    captured = capsys.readouterr()
+    assert rc == 1
+    assert not creds.exists() or not any(creds.iterdir())
+    assert "gpu-02: llama_cpp_instances.gemma.api_key_file" in captured.err and "gpu-01:" not in captured.err
+    doc = json.loads(captured.out)
+    assert doc["error"] == "credentials" and "gpu-02: llama_cpp_instances.gemma.api_key_file" in doc["cause"]
+    assert SECRET not in captured.out + captured.err
