@@ -12,13 +12,24 @@ import hashlib
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse, urlsplit
+
+from jinja2 import FileSystemLoader
 
 from roles.nvidia_driver.facts import GpuInfo, GpuProcess
 from roles.settings import LlamaCppInstance, Settings, VllmInstance, problem
 
 MIB = 1 << 20
+#: The templates every engine's unit shares (engine-hardening.j2: the hardening block), beside each role's own.
+SHARED_TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def unit_jinja(role_templates: Path) -> dict:
+    """The jinja_env_kwargs of files.template for an engine's unit template: a loader that finds the role's own
+    templates and the shared ones (`{% include "engine-hardening.j2" %}`). A new dict per call: pyinfra's
+    get_template pops the loader from the dict it is given."""
+    return {"loader": FileSystemLoader([str(role_templates), str(SHARED_TEMPLATES)])}
 
 
 def is_url(s: str) -> bool:

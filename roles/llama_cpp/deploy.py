@@ -15,7 +15,7 @@ from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
 from pyinfra.operations.util import any_changed
 
-from roles.engines import is_url
+from roles.engines import is_url, unit_jinja
 from roles.llama_cpp.decide import CCACHE_DIR, CONFIG_DIR, CURRENT, STAMP, WORK, LlamaCppPlan, environment
 from roles.llama_cpp.facts import ServerEvidence
 from roles.llama_cpp.jobs import host_build_jobs
@@ -124,7 +124,7 @@ def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
 
     unit = files.template(
         name="llama-server@ unit", src=str(TEMPLATES / "llama-server@.service.j2"),
-        dest="/etc/systemd/system/llama-server@.service", mode="644",
+        dest="/etc/systemd/system/llama-server@.service", mode="644", jinja_env_kwargs=unit_jinja(TEMPLATES),
         service_user=user, current=CURRENT, home=home, nofile=settings.tuning_nofile_limit)
     systemd.daemon_reload(name="systemd reload", _if=unit.did_change)
     files.directory(name="instance configuration", path=CONFIG_DIR, mode="755")

@@ -12,6 +12,7 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, systemd
 
+from roles.engines import unit_jinja
 from roles.ops import CURL_RETRY, current_link, instance_config, remove_instances, restart_then_run
 from roles.progress import UV_STEPS, Streamed, watched
 from roles.ray.decide import HEAD_TEMP_DIR as RAY_TEMP_DIR
@@ -103,7 +104,7 @@ def _serve(settings: Settings, p: VllmPlan, link) -> None:
     user, home = settings.base_service_user, settings.base_service_home
     unit = files.template(
         name="vllm@ unit", src=str(TEMPLATES / "vllm@.service.j2"), dest="/etc/systemd/system/vllm@.service",
-        mode="644", service_user=user, current=CURRENT, home=home, nofile=settings.tuning_nofile_limit,
+        jinja_env_kwargs=unit_jinja(TEMPLATES), mode="644", service_user=user, current=CURRENT, home=home, nofile=settings.tuning_nofile_limit,
         ray_temp_dir=RAY_TEMP_DIR if p.cluster else None)
     systemd.daemon_reload(name="systemd reload", _if=unit.did_change)
     files.directory(name="instance configuration", path=CONFIG_DIR, mode="755")

@@ -14,6 +14,7 @@ import pytest
 from pyinfra.api.util import get_template
 
 from lab.harness import LAB_DATA
+from roles.engines import unit_jinja
 from roles.llama_cpp import decide as llama_cpp
 from roles.ray.decide import HEAD_TEMP_DIR
 from roles.settings import load_settings
@@ -23,11 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "tests" / "data" / "units"
 
 
-def _jinja(module) -> dict:
-    """The jinja_env_kwargs the role's deploy passes to files.template ({} where it passes none)."""
-    return dict(getattr(module, "UNIT_JINJA", {}))
-
-
 @pytest.mark.parametrize("golden, template, role, extra", [
     ("llama-server@.service", "roles/llama_cpp/templates/llama-server@.service.j2", llama_cpp, {}),
     ("vllm@.service", "roles/vllm/templates/vllm@.service.j2", vllm, {"ray_temp_dir": None}),
@@ -35,7 +31,7 @@ def _jinja(module) -> dict:
 ])
 def test_unit_renders_as_committed(golden, template, role, extra):
     s = load_settings("lab", dict(LAB_DATA))
-    text = get_template(str(ROOT / template), _jinja(role)).render(
+    text = get_template(str(ROOT / template), unit_jinja((ROOT / template).parent)).render(
         service_user=s.base_service_user, current=role.CURRENT, home=s.base_service_home,
         nofile=s.tuning_nofile_limit, **extra)
     assert text == (UNITS / golden).read_text()
