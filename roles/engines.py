@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlparse, urlsplit
 
 from jinja2 import FileSystemLoader
 
-from roles.nvidia_driver.facts import GpuInfo, GpuProcess
+from roles.nvidia_driver.shapes import GpuInfo, GpuProcess
 from roles.settings import LlamaCppInstance, Settings, VllmInstance, problem
 
 MIB = 1 << 20

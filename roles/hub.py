@@ -31,11 +31,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 from roles.engines import sha256_file
+# the form of an hf:// source, which the settings check without this module
+from roles.hub_source import COMMIT, HUB_SOURCE, is_hub_source, source_problem  # noqa: F401
+from roles.settings import SettingsError, problem
 
-#: hf://ORG/REPO@COMMIT[/PATH]: the hub's repository id rules (letters, digits, - _ .), a full commit hash
-HUB_SOURCE = re.compile(r"^hf://(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)"
-                        r"@(?P<revision>[^/\s]+)(?:/(?P<path>\S+))?$")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
 #: the parts of a split GGUF (llama.cpp's gguf-split names them NAME-00001-of-00003.gguf)
 SPLIT_GGUF = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 #: weights vLLM does not load from a safetensors model (left out of a snapshot: they would double the download)
@@ -91,29 +90,6 @@ def hub_cache() -> Path:
 def headers_cache() -> Path:
     """Where header copies live: V100KIT_HUB_HEADERS, else ~/.cache/v100kit/hub-headers."""
     return Path(os.environ.get("V100KIT_HUB_HEADERS", Path.home() / ".cache" / "v100kit" / "hub-headers"))
-
-
-def is_hub_source(value: str | None) -> bool:
-    return bool(value) and value.startswith("hf://")
-
-
-def source_problem(value: str, needs_file: bool) -> str | None:
-    """None when `value` is a usable hf:// source; else why not (for a settings problem). `needs_file`: llama.cpp
-    takes one .gguf file of the repository, vLLM the whole snapshot (no file)."""
-    m = HUB_SOURCE.match(value)
-    if not m:
-        return "not hf://ORG/REPO@COMMIT" + ("/FILE.gguf" if needs_file else "")
-    if not COMMIT.match(m["revision"]) and COMMIT.match(m["revision"].lower()):  # the hub's ids are lower case
-        return (f"revision {m['revision']!r} is a commit hash in upper case: the hub names commits in lower case; "
-                f"write it as {m['revision'].lower()!r}")
-    if not COMMIT.match(m["revision"]):
-        return (f"revision {m['revision']!r} is not a commit hash (40 lower-case hex digits): a branch or tag moves, and the "
-                "next deploy would serve other weights")
-    if needs_file and not (m["path"] or "").endswith(".gguf"):
-        return "names no .gguf file of the repository (hf://ORG/REPO@COMMIT/FILE.gguf)"
-    if not needs_file and m["path"]:
-        return "vLLM takes the repository's snapshot: leave out the file path"
-    return None
 
 
 def parse(value: str) -> HubSource:
@@ -418,8 +394,6 @@ def resolved(host_name: str, settings, fetch: bool):
     deploy, after the preflight accepted the header plan). A llama.cpp instance's model_sha256 becomes the hub's
     sha256 (a model_sha256 set by hand must equal it). `settings` unchanged without hf:// sources. Raises
     SettingsError naming the instance key, the source and the fix."""
-    from roles.settings import SettingsError, problem
-
     problems, llama, served = [], dict(settings.llama_cpp_instances), dict(settings.vllm_instances)
     for kind, instances in (("llama_cpp_instances", llama), ("vllm_instances", served)):
         for name, inst in instances.items():

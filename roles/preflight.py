@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyinfra import logger
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.host import Host
 from pyinfra.facts.files import File
 from pyinfra.facts.hardware import Ipv4Addrs
@@ -81,12 +82,25 @@ class HostPlan:
     monitoring: monitoring.MonitoringPlan | None = None  # None: monitoring_enabled off (or refused)
 
 
+class HostRefused(SettingsError, PyinfraError):
+    """A SettingsError raised out of preflight(): also a PyinfraError, which pyinfra's command line (a deploy) and
+    v100kit's host loop (v100kit/hosts.py) catch and print as the message alone."""
+
+
 def preflight(host: Host, diagnosing: bool = False, deploying: bool = True) -> HostPlan:
-    """Validate the host's settings and its whole stack. Raises SettingsError listing every problem.
+    """Validate the host's settings and its whole stack. Raises HostRefused (a SettingsError) listing every problem.
 
     `diagnosing`: for the doctor, which reports host states as rows instead of refusing them (Secure Boot without
     an enrolled DKMS key: the row 'Secure Boot lets the module load'). `deploying`: False for the read-only commands
     (plan, doctor, bench, verify), which read a host without systemd as PID 1 too; a deploy refuses it."""
+    try:
+        return _plan_host(host, diagnosing, deploying)
+    except SettingsError as e:
+        raise HostRefused(e.host_name, e.problems) from None
+
+
+def _plan_host(host: Host, diagnosing: bool, deploying: bool) -> HostPlan:
+    """preflight() raising the plain SettingsError of the settings and the roles."""
     given = load_settings(host.name, host.data.dict())
     # hf:// models: the plan reads header copies first, so a model that does not fit moves no weights; a deploy then
     # downloads and verifies them and plans again on the real files (the same plan, read from the real headers)

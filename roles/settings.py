@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal
 import ipaddress
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
-from pyinfra.api.exceptions import PyinfraError
+
+from roles.hub_source import is_hub_source, source_problem
 
 # Host data keys that belong to pyinfra and its connectors, not to this toolkit.
 _PYINFRA_PREFIXES = ("ssh_", "_", "winrm_", "docker_", "dockerssh_", "chroot_", "local_", "terraform_",
@@ -149,8 +150,6 @@ class LlamaCppInstance(_InstanceOnGpus):
 
 def _hub_source(value: str | None, needs_file: bool) -> str | None:
     """Validator body: `value` unchanged, or ValueError for an hf:// source in the wrong form (roles/hub.py)."""
-    from roles.hub import is_hub_source, source_problem
-
     if is_hub_source(value) and (why := source_problem(value, needs_file)):
         raise ValueError(why)
     return value
@@ -497,14 +496,16 @@ class Settings(BaseModel):
         return v
 
 
-class SettingsError(PyinfraError):
+class SettingsError(Exception):
     """A setting is invalid or impossible for this host. Raised before any operation runs.
 
-    The message names the host, each offending key, its value, what is allowed and the fix.
+    The message names the host, each offending key, its value, what is allowed and the fix. Not a pyinfra error, so
+    that the decision modules import nothing of pyinfra: roles.preflight raises it as HostRefused, a PyinfraError
+    too, which pyinfra's command line prints without a traceback.
     """
 
     def __init__(self, host_name: str, problems: list[str]) -> None:
-        self.problems = problems
+        self.host_name, self.problems = host_name, problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"invalid settings for host {host_name}, nothing was changed:\n{lines}")
 

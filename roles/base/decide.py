@@ -13,7 +13,7 @@ from roles.platform import Platform
 from roles.settings import Settings, problem
 
 if TYPE_CHECKING:
-    from roles.base.facts import SourceEntry
+    from roles.base.shapes import SourceEntry
 
 MIRRORS = {
     "debian": ("http://deb.debian.org/debian", "http://security.debian.org/debian-security"),

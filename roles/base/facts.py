@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from pyinfra.api import FactBase
 
-
-class SourceEntry(NamedTuple):
-    """One enabled apt source entry: the file it is in, its URI and suite."""
-
-    file: str
-    uri: str
-    suite: str
+from roles.base.shapes import SourceEntry  # the fact's shape, importable without pyinfra
 
 
 def source_entries(lines: list[str]) -> list[SourceEntry]:

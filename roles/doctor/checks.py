@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from roles.cuda.versions import Toolkit
     from roles.doctor.gather import DoctorFacts
     from roles.nvidia_driver.decide import DriverPlan
-    from roles.nvidia_driver.facts import DriverPackage
+    from roles.nvidia_driver.shapes import DriverPackage
     from roles.nvidia_driver.versions import DriverPin
     from roles.preflight import HostPlan
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from roles.settings import Settings, problem
 
 if TYPE_CHECKING:
-    from roles.gpu_policy.facts import GpuCard
+    from roles.gpu_policy.shapes import GpuCard
 
 UNIT = "v100kit-gpu-policy.service"
 #: nvidia-smi as the distributions' driver packages and NVIDIA's installer put it

@@ -4,33 +4,14 @@ plain function tested on the output of real V100 boxes (tests/data/nvidia_smi_v1
 from __future__ import annotations
 
 import re
-from typing import TypedDict
 
 from pyinfra.api import FactBase
 
+from roles.gpu_policy.shapes import GpuCard  # noqa: F401 (the fact's shape, importable without pyinfra)
 from roles.smi_q import block_lines, decimal, get, number, tree
 
 #: the nvidia-smi -q sections read (display types of `nvidia-smi -q -d`, present in drivers old and new)
 SECTIONS = "POWER,CLOCK,COMPUTE,ECC,SUPPORTED_CLOCKS"
-
-
-class GpuCard(TypedDict):
-    """One card: index (order of nvidia-smi -q), bus_id, name; power_min_w / power_max_w / power_limit_w the range
-    `nvidia-smi -pl` accepts and the limit now (W; None: not reported, "Power Management: N/A"); compute_mode
-    'DEFAULT' | 'EXCLUSIVE_PROCESS' | 'PROHIBITED' (upper case, as `nvidia-smi -c` takes it); ecc (current, pending)
-    True/False (None: the card has no ECC); app_clocks (memory, graphics) MHz now; supported {memory MHz: [graphics
-    MHz, ...]} from "Supported Clocks" (None: not reported)."""
-
-    index: int
-    bus_id: str
-    name: str
-    power_min_w: float | None
-    power_max_w: float | None
-    power_limit_w: float | None
-    compute_mode: str | None
-    ecc: tuple[bool | None, bool | None]
-    app_clocks: tuple[int | None, int | None]
-    supported: dict[int, list[int]] | None
 
 
 def _supported(lines: list[str]) -> dict[int, list[int]] | None:

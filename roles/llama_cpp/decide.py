@@ -31,7 +31,7 @@ from roles.llama_cpp.tree import read_tree
 from roles.llama_cpp.versions import (CUDA_ARCH_RANGE, CUDA_BAD_ON_VOLTA, CUDA_PREFERRED_ON_VOLTA, DEFAULT_SOURCE,
                                       SOURCES, Source, volta_known_bad, volta_refusal)
 from roles.secrets import read_api_key
-from roles.nvidia_driver.facts import GpuInfo
+from roles.nvidia_driver.shapes import GpuInfo
 from roles.settings import LlamaCppInstance, Settings, problem
 
 PREFIX_ROOT = "/opt/llama.cpp"

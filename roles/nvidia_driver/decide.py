@@ -16,7 +16,7 @@ from roles.volta import (AFTER_LAST_VOLTA_BRANCH_MIN_COMPUTE_CAPABILITY, LAST_VO
                          OPEN_MODULE_MIN_COMPUTE_CAPABILITY, driver_branch)
 
 if TYPE_CHECKING:
-    from roles.nvidia_driver.facts import DkmsRow, DriverPackage, SecureBootInfo
+    from roles.nvidia_driver.shapes import DkmsRow, DriverPackage, SecureBootInfo
 
 BLACKLIST = "/etc/modprobe.d/v100kit-blacklist-nouveau.conf"
 PREFERENCES = "/etc/apt/preferences.d/v100kit-nvidia-driver"

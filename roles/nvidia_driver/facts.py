@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import re
-from typing import NotRequired, TypedDict
 
 from pyinfra.api import FactBase
+
+# the facts' shapes, importable without pyinfra (the decision modules read them)
+from roles.nvidia_driver.shapes import DkmsRow, DriverPackage, GpuInfo, GpuProcess, SecureBootInfo  # noqa: F401
 
 #: Source packages of NVIDIA driver userland and kernel modules, on Debian, Ubuntu and NVIDIA's repository.
 #: Debian's open module (`nvidia-open-kernel-dkms`) comes from nvidia-open-gpu-kernel-modules.
@@ -18,36 +20,6 @@ EFI_SECURE_BOOT = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-
 #: Certificates DKMS signs modules with: Debian's dkms >= 3.0 (`mok_certificate` in /etc/dkms/framework.conf) and
 #: Ubuntu's shim-signed (update-secureboot-policy).
 DKMS_SIGNING_CERTS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
-
-
-class GpuProcess(TypedDict):
-    """One compute process on a GPU (`nvidia-smi --query-compute-apps`): pid; name as nvidia-smi prints it ('' when
-    it may not say: "[Insufficient Permissions]"); used_mib its memory in MiB, None where nvidia-smi prints "[N/A]"
-    (Windows WDDM, some containers); unit the systemd service whose cgroup holds the PID (/proc/PID/cgroup,
-    'llama-server@chat.service'), '' when none or not readable (a PID of another PID namespace)."""
-
-    pid: int
-    name: str
-    used_mib: int | None
-    unit: str
-
-
-class GpuInfo(TypedDict):
-    """One GPU as nvidia-smi reports it: compute_cap '7.0', memory_mib total VRAM in MiB, driver_version
-    '535.261.03'; uuid 'GPU-...'; memory_used_mib and memory_free_mib nvidia-smi's memory.used and memory.free now
-    (MiB, None for "[N/A]"; drivers that report memory.reserved leave it out of both, so used + free is what
-    processes can have); processes the compute processes on this GPU (joined by uuid)."""
-
-    index: int
-    name: str
-    compute_cap: str
-    memory_mib: int
-    persistence_mode: bool
-    driver_version: str
-    uuid: NotRequired[str]
-    memory_used_mib: NotRequired[int | None]
-    memory_free_mib: NotRequired[int | None]
-    processes: NotRequired[list[GpuProcess]]
 
 
 #: What nvidia-smi prints in a CSV field it cannot fill: not supported, not permitted, or not available (the
@@ -95,23 +67,6 @@ def gpus_from_smi(gpu_rows: list[str], app_rows: list[str], units: dict[int, str
                             persistence_mode=f[7] == "Enabled", driver_version=f[8],
                             processes=apps.get(f[1], [])))
     return gpus
-
-
-class DkmsRow(TypedDict):
-    """One line of `dkms status`: kernel is None for a module only added, state e.g. 'installed', 'built'."""
-
-    module: str
-    version: str
-    kernel: str | None
-    state: str
-
-
-class DriverPackage(TypedDict):
-    """One installed driver package: its Debian version, source package and dpkg status abbreviation ('ii')."""
-
-    version: str
-    source: str
-    status: str
 
 
 class NvidiaGpus(FactBase[list[GpuInfo]]):
@@ -239,18 +194,6 @@ class BootId(FactBase[str]):
 
     def process(self, output: list[str]) -> str:
         return output[0].strip() if output else ""
-
-
-class SecureBootInfo(TypedDict):
-    """What SecureBoot reports: `state` 'enabled' | 'disabled' | 'unknown'; `source` what told it ('mokutil',
-    'efivar', 'no EFI', ''); `enrolled` DKMS signing certificates that mokutil reports enrolled; `pending` those
-    queued for enrollment at the next boot; `keys` the other DKMS signing certificates present."""
-
-    state: str
-    source: str
-    enrolled: list[str]
-    pending: list[str]
-    keys: list[str]
 
 
 def secure_boot_from_lines(lines: list[str]) -> SecureBootInfo:

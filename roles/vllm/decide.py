@@ -20,7 +20,7 @@ from roles import planner
 from roles.engines import (compute_capability, given_gpus, gpu_count, gpu_memory_mib, network_listener, one_model,
                            port_clashes)
 from roles.secrets import read_api_key
-from roles.nvidia_driver.facts import GpuInfo
+from roles.nvidia_driver.shapes import GpuInfo
 from roles.ray.decide import RayPlan
 from roles.settings import Settings, VllmInstance, problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
