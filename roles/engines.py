@@ -1,5 +1,7 @@
 """Rules both engine roles (roles/llama_cpp, roles/vllm) share: one port per instance on a host, a network listener
-only when protected, exactly one model setting, the GPUs to plan for, and control-machine file checksums.
+only when protected, exactly one model setting, the GPUs to plan for, and control-machine file checksums; and the
+engine interface (Engine) that each engine's package declares once (roles/NAME/engine.py) and the registry
+(roles/engine_registry.py) lists, which preflight, plan, doctor, bench, verify and the hub loop over.
 
 Pure: settings and facts in, values or problem lines (roles.settings.problem) out; no pyinfra operation is
 imported here. Each role passes its own wording where the two word a rule differently, so users see the same
@@ -9,9 +11,12 @@ texts as before this module existed.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse, urlsplit
 
@@ -30,6 +35,113 @@ def unit_jinja(role_templates: Path) -> dict:
     templates and the shared ones (`{% include "engine-hardening.j2" %}`). A new dict per call: pyinfra's
     get_template pops the loader from the dict it is given."""
     return {"loader": FileSystemLoader([str(role_templates), str(SHARED_TEMPLATES)])}
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What preflight hands each engine's `plan`: the validated settings, the host's CUDA toolkits (default first),
+    its GPUs (the NvidiaGpus fact, [] without a driver), the pinned driver version (None: no driver plan), the host's
+    Ray cluster plan (None: not a node of one), `taken_ports` {port: unit} of the engines planned before it, and
+    `fact(FactClass, **kwargs)`: host.get_fact, the engine's way to read the host (read-only)."""
+
+    settings: Any
+    toolkits: list
+    gpus: list
+    driver_version: str | None
+    cluster: Any
+    taken_ports: dict[int, str]
+    fact: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class BenchHooks:
+    """How `v100kit bench` reaches an engine's instance and judges it (v100kit/bench.py). Every callable takes the
+    HostPlan and the instance of the engine's plan.
+
+    planned_vram_bytes(plan, inst): the planner's VRAM of the instance over all its GPUs, bytes (None: not planned).
+    n_gpu_layers(inst): the layers it is asked to put on the GPU (roles/bench/residency.py judge_instance; 0 where
+    the engine has no CPU fallback and memory held is the evidence). request_limit(inst): (tokens one request may
+    hold or None, the setting's words). model_name(inst): the `model` of its OpenAI requests. roofline(plan, inst,
+    memory, tp): (weight bytes read per token, KV bytes per context token) for roles/bench/roofline.py.
+    sweep(plan, inst): for --sweep of alternative flags (roles/bench/sweep.py), (server binary, the instance's
+    arguments, the build's -fa style); None where the engine has no sweep."""
+
+    planned_vram_bytes: Callable[[Any, Any], float | None]
+    n_gpu_layers: Callable[[Any], int]
+    request_limit: Callable[[Any], tuple[int | None, str]]
+    model_name: Callable[[Any], str]
+    roofline: Callable[[Any, Any, Any, int], tuple[float, float]]
+    sweep: Callable[[Any, Any], tuple[str, str, str]] | None = None
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One inference engine, declared once in its own package (roles/NAME/engine.py `ENGINE`) and listed in
+    roles/engine_registry.py. Everything outside the package reaches the engine through this.
+
+    Names: `name` the engine's label ('llama.cpp': bench rows, verify), `role` its package and its HostPlan entry
+    ('llama_cpp'), `key` its settings key ('llama_cpp_instances': {instance name: settings}), `unit` the stem of
+    its systemd template (unit 'llama-server@NAME'), `config_dir` where each instance's NAME.env and NAME.key.env
+    live, `planner` the memory planner's module ('roles.planner.llama_cpp').
+
+    Hooks (pure unless said): plan(PlanInputs) -> (the engine's plan or None, problems: roles.settings.problem
+    lines) - the decision, reading the host only through PlanInputs.fact; instances(plan): every instance the plan
+    holds (GPU claims, verify); served(plan): those this host runs as units (bench, request logging; a Ray worker
+    runs none); notes(plan): warnings preflight logs; ports(settings): {port: unit} its instances listen on;
+    claims(plan, memory): {GPU index: [(unit, bytes or None)]} that the instances claim (roles/engines.py
+    gpu_claims; memory {index: MiB}); gpu_fix: the words that fix an over-claimed GPU on this engine's side;
+    environment(plan, inst): the instance's service environment {VAR: value}, the arguments included, rendered once
+    into HostPlan.environments at plan time; hub_file: an hf:// source names one file (True) or a snapshot;
+    hub_sha256: the hub's sha256 of that file becomes the instance's model_sha256; summary(host, plan,
+    hostplan) -> ({top-level key: value}, {unit: instance row}) and table(row of the host) -> lines, and
+    memory_line(unit, instance row, plan row) -> line: `v100kit plan`; request_logging(plan): (label, words) or
+    None; doctor(plan, evidence) -> rows and evidence(host, plan) -> dict: the doctor's rows and what they read;
+    bench: BenchHooks; verify_key_file(inst): the key file `verify` expects (None: no key)."""
+
+    name: str
+    role: str
+    key: str
+    unit: str
+    config_dir: str
+    planner: str
+    plan: Callable[[PlanInputs], tuple[Any, list[str]]]
+    instances: Callable[[Any], list]
+    served: Callable[[Any], list]
+    notes: Callable[[Any], list[str]]
+    ports: Callable[[Any], dict[int, str]]
+    claims: Callable[[Any, Mapping[int, int]], dict[int, list[tuple[str, int | None]]]]
+    gpu_fix: str
+    environment: Callable[[Any, Any], dict[str, str]]
+    hub_file: bool
+    hub_sha256: bool
+    summary: Callable[[Any, Any, Any], tuple[dict, dict]]
+    table: Callable[[dict], list[str]]
+    memory_line: Callable[[str, dict, dict], str]
+    request_logging: Callable[[Any], tuple[str, str] | None]
+    bench: BenchHooks
+    doctor: Callable[[Any, dict], list] = field(default=lambda plan, evidence: [])
+    evidence: Callable[[Any, Any], dict] = field(default=lambda host, plan: {})
+
+    def unit_of(self, name: str) -> str:
+        """The systemd unit of instance `name`: 'llama-server@chat'."""
+        return f"{self.unit}@{name}"
+
+    def key_file(self, name: str) -> str:
+        """The instance's API key file on the host: '/etc/llama-server/chat.key.env' (0600, never in argv)."""
+        return f"{self.config_dir}/{name}.key.env"
+
+
+def registered() -> tuple[Engine, ...]:
+    """The registry's engines (roles/engine_registry.py ENGINES), in its order. Imported by name when called: the
+    registry imports each engine's package, whose decision modules import this module."""
+    return importlib.import_module("roles.engine_registry").ENGINES
+
+
+def engine_of_unit(unit: str) -> Engine | None:
+    """The engine whose systemd template `unit` ('vllm@chat', 'vllm@chat.service') is an instance of; None for
+    any other unit."""
+    stem = unit.partition("@")[0] if "@" in unit else None
+    return next((e for e in registered() if e.unit == stem), None)
 
 
 def is_url(s: str) -> bool:
@@ -88,9 +200,18 @@ def one_model(key: str, inst: LlamaCppInstance | VllmInstance, fix: str, shown: 
     return [problem(key, shown, "needs exactly one of model_path and model_source", fix)]
 
 
-#: The systemd units whose processes are v100kit's own on a GPU (roles/llama_cpp, roles/vllm, roles/ray units): their
-#: memory is what a re-deploy replaces, not memory in use by others.
-OWN_UNIT = re.compile(r"^(llama-server@.+|vllm@.+|ray)\.service$")
+#: The systemd units of v100kit's own processes on a GPU (the engines' instances, roles/ray's units): their memory is
+#: what a re-deploy replaces, not memory in use by others. An instance unit counts where its template is a registered
+#: engine's (is_own_unit).
+OWN_UNIT = re.compile(r"^(?:(?P<template>[^@]+)@.+|ray)\.service$")
+
+
+def is_own_unit(unit: str) -> bool:
+    """Whether `unit` (GpuProcess.unit: 'llama-server@chat.service') is v100kit's own (OWN_UNIT)."""
+    m = OWN_UNIT.match(unit)
+    return bool(m) and (m["template"] is None or any(e.unit == m["template"] for e in registered()))
+
+
 #: memory.used no process accounts for, in MiB: 0 MiB on an idle H200 and 20 MiB beyond its processes' own figures
 #: under load (driver 590.48.01: 32362 MiB used, processes 2566 + 1542 + 28234; utkuozdemir/nvidia_gpu_exporter
 #: internal/captures/linux-x86_64__nvidia-h200__590.48.01.txt), 0-1 MiB in public nvidia-smi tables of idle V100s.
@@ -148,7 +269,7 @@ def gpu_memory_mib(settings: Settings, gpus: list[GpuInfo]) -> int:
 
 def outside_use(gpu: GpuInfo) -> tuple[int, list[GpuProcess]]:
     """(MiB of `gpu` in use by processes v100kit does not manage, those of its listed processes): nvidia-smi's
-    memory.used less what the processes of v100kit's own units (OWN_UNIT: what a re-deploy replaces) hold. Memory no
+    memory.used less what the processes of v100kit's own units (is_own_unit: what a re-deploy replaces) hold. Memory no
     listed process accounts for (a process of another container, invisible here) counts as outside too, where
     nvidia-smi lists any process on the GPU; where it lists none (inside a container every process is hidden, the
     toolkit's own included) nothing is counted: 0. Where memory.used or an own process's figure is "[N/A]", the
@@ -156,8 +277,8 @@ def outside_use(gpu: GpuInfo) -> tuple[int, list[GpuProcess]]:
     procs = gpu.get("processes", [])
     if not procs:  # nvidia-smi lists no process: a container's PID namespace hides every one, ours included (a
         return 0, []  # re-deploy there must not count its own running instance as another's); nothing to name
-    own = [p for p in procs if OWN_UNIT.match(p["unit"])]
-    others = [p for p in procs if not OWN_UNIT.match(p["unit"])]
+    own = [p for p in procs if is_own_unit(p["unit"])]
+    others = [p for p in procs if not is_own_unit(p["unit"])]
     used = gpu.get("memory_used_mib")
     if used is None or any(p["used_mib"] is None for p in own):
         return sum(p["used_mib"] or 0 for p in others), others
@@ -180,7 +301,8 @@ def describe_outside(gpu: GpuInfo) -> str:
 
 def gpu_claims(llama_instances: list[tuple[str, list[int] | None, int | None]],
                vllm_instances: list[tuple[str, list[int] | None, int, float, int]], memory: Mapping[int, int],
-               outside: Mapping[int, int] | None = None) -> dict[int, list[tuple[str, int | None]]]:
+               outside: Mapping[int, int] | None = None,
+               claimed: Mapping[int, list[tuple[str, int | None]]] | None = None) -> dict[int, list[tuple[str, int | None]]]:
     """Who claims how much of each GPU, across both engines: {GPU index: [(unit, bytes or None), ...]}.
 
     llama_instances: (llama-server@NAME, gpus setting or None, the planner's total bytes per GPU, None when the
@@ -191,9 +313,10 @@ def gpu_claims(llama_instances: list[tuple[str, list[int] | None, int | None]],
     context and CUDA graphs come on top of that share (roles/planner/vllm.py: vllm#11251 ran out of memory capturing
     graphs with too little left outside it).
     memory: {GPU index: VRAM in MiB} of every GPU of the host. outside: {GPU index: MiB in use by processes outside
-    v100kit} to count as the user OUTSIDE (outside_use), on the GPUs that hold any.
+    v100kit} to count as the user OUTSIDE (outside_use), on the GPUs that hold any. claimed: claims already
+    gathered (other engines', Engine.claims), which come first.
     """
-    claims: dict[int, list[tuple[str, int | None]]] = {}
+    claims: dict[int, list[tuple[str, int | None]]] = {g: list(u) for g, u in (claimed or {}).items()}
     for unit, gpus, per_gpu in llama_instances:
         for g in gpus or sorted(memory):
             claims.setdefault(g, []).append((unit, per_gpu))
@@ -209,9 +332,8 @@ def gpu_claims(llama_instances: list[tuple[str, list[int] | None, int | None]],
 def setting_of(unit: str) -> str:
     """The `gpus` setting of a unit: "llama-server@big" -> "llama_cpp_instances.big.gpus", "vllm@chat" ->
     "vllm_instances.chat.gpus"; any other name as it is."""
-    engine, _, name = unit.partition("@")
-    key = {"llama-server": "llama_cpp_instances", "vllm": "vllm_instances"}.get(engine)
-    return f"{key}.{name}.gpus" if key and name else unit
+    engine, name = engine_of_unit(unit), unit.partition("@")[2]
+    return f"{engine.key}.{name}.gpus" if engine and name else unit
 
 
 def gpu_sum_problems(claims: dict[int, list[tuple[str, int | None]]], memory: Mapping[int, int],
@@ -229,10 +351,7 @@ def gpu_sum_problems(claims: dict[int, list[tuple[str, int | None]]], memory: Ma
         shown = ", ".join(f"{unit} {(b or 0) / MIB:.0f} MiB" for unit, b in users)
         keys = ", ".join(setting_of(u) for u in units)
         fixes = ["give the instances different GPUs (gpus: [...] on each)"]
-        if any(u.startswith("llama-server@") for u in units):
-            fixes.append("shorten a llama-server context or set fewer slots (parallel)")
-        if any(u.startswith("vllm@") for u in units):
-            fixes.append("lower a vLLM instance's gpu_memory_utilization")
+        fixes += [e.gpu_fix for e in registered() if any(engine_of_unit(u) is e for u in units)]
         if any(u == OUTSIDE for u, _ in users):
             fixes.append("stop the processes outside v100kit, or set allow_gpu_in_use: true on every instance of "
                          "this GPU where they will have stopped before it starts")

@@ -388,14 +388,17 @@ def sha256_of(src: HubSource) -> str:
     return f.sha256
 
 
-def resolved(host_name: str, settings, fetch: bool):
+def resolved(host_name: str, settings, fetch: bool, engines=()):
     """`settings` with every hf:// model_source replaced by a control-machine path the roles and the planner read:
     header copies (`fetch` False: plan and preflight, no weights move) or the verified download (`fetch` True:
-    deploy, after the preflight accepted the header plan). A llama.cpp instance's model_sha256 becomes the hub's
-    sha256 (a model_sha256 set by hand must equal it). `settings` unchanged without hf:// sources. Raises
-    SettingsError naming the instance key, the source and the fix."""
-    problems, llama, served = [], dict(settings.llama_cpp_instances), dict(settings.vllm_instances)
-    for kind, instances in (("llama_cpp_instances", llama), ("vllm_instances", served)):
+    deploy, after the preflight accepted the header plan), for the instances of each of `engines` (Engine,
+    roles/engine_registry.py ENGINES; passed in, since the engines' packages import this module). An instance of an
+    engine with hub_sha256 gets the hub's sha256 as model_sha256 (a model_sha256 set by hand must equal it).
+    `settings` unchanged without hf:// sources. Raises SettingsError naming the instance key, the source and the
+    fix."""
+    problems, tables = [], {e.key: dict(getattr(settings, e.key)) for e in engines}
+    for engine in engines:
+        kind, instances = engine.key, tables[engine.key]
         for name, inst in instances.items():
             if not is_hub_source(inst.model_source):
                 continue
@@ -403,7 +406,7 @@ def resolved(host_name: str, settings, fetch: bool):
             try:
                 path = download(src) if fetch else header_copy(src)
                 update = {"model_source": str(path)}
-                if kind == "llama_cpp_instances":
+                if engine.hub_sha256:
                     sha = sha256_of(src)
                     if inst.model_sha256 and inst.model_sha256 != sha:
                         problems.append(problem(f"{kind}.{name}.model_sha256", inst.model_sha256,
@@ -420,6 +423,6 @@ def resolved(host_name: str, settings, fetch: bool):
                                         "cache and is fetched again next time"))
     if problems:
         raise SettingsError(host_name, problems)
-    if llama == settings.llama_cpp_instances and served == settings.vllm_instances:
+    if all(tables[k] == getattr(settings, k) for k in tables):
         return settings
-    return settings.model_copy(update={"llama_cpp_instances": llama, "vllm_instances": served})
+    return settings.model_copy(update=tables)

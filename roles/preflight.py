@@ -19,8 +19,9 @@ from roles.cuda import decide as cuda
 from roles.cuda.versions import Toolkit
 from roles.gpu_policy import decide as gpu_policy
 from roles.gpu_policy.facts import GpuPolicyCards
-from roles.engines import (describe_outside, gpu_claims, gpu_count, gpu_sum_problems, host_gpus, outside_use,
-                           usable_mib)
+from roles.engine_registry import ENGINES
+from roles.engines import (Engine, PlanInputs, describe_outside, gpu_claims, gpu_count, gpu_sum_problems, host_gpus,
+                           outside_use, usable_mib)
 from roles.llama_cpp import decide as llama_cpp
 from roles.monitoring import decide as monitoring
 from roles.nvidia_driver import decide as nvidia_driver
@@ -28,14 +29,12 @@ from roles.facts import HostTraits
 from roles.nvidia_driver.facts import (DriverPackages, InstalledKernels, KernelMetapackages, NvidiaGpus, RunfileDriver,
                                        SecureBoot)
 from roles.ray import decide as ray
-from roles.planner import VLLM_CUDA_CONTEXT_BYTES
-from roles.planner.vllm import vllm_graph_bytes
 from roles.platform import Platform, platform_from_os_release
 from roles.settings import Settings, SettingsError, load_settings, problem
 from roles.tuning import decide as tuning
 from roles.tuning.facts import FreeBytes, PathFilesystem, SwapHeaderSize
 from roles.vllm import decide as vllm
-from roles.vllm.facts import HfModelDir, PythonVersion
+from roles.vllm.facts import PythonVersion
 
 
 #: the repository root: pyinfra reads group_data/ (every group's settings) and config.py from the directory it runs in
@@ -70,9 +69,10 @@ class HostPlan:
     platform: Platform
     driver: nvidia_driver.DriverPlan
     toolkits: list[Toolkit]  # default toolkit first
-    llama_cpp: llama_cpp.LlamaCppPlan | None  # None: no llama-server instance configured
-    vllm: vllm.VllmPlan | None  # None: no vLLM instance configured (and no Ray cluster)
-    #: {GPU index: [(unit, bytes it claims or None), ...]} across both engines and the memory in use outside
+    #: {engine role: its plan, None where it has no instance}, one entry per registered engine
+    #: (roles/engine_registry.py), in the registry's order
+    engines: dict
+    #: {GPU index: [(unit, bytes it claims or None), ...]} across the engines and the memory in use outside
     #: v100kit (roles/engines.py gpu_claims)
     gpu_claims: dict = field(default_factory=dict)
     ray: ray.RayPlan | None = None  # None: not a node of a Ray cluster
@@ -80,6 +80,22 @@ class HostPlan:
     #: the GPU policy (power limit, application clocks, compute mode, ECC); None: none set, or no GPU visible
     gpu_policy: gpu_policy.GpuPolicyPlan | None = None
     monitoring: monitoring.MonitoringPlan | None = None  # None: monitoring_enabled off (or refused)
+    #: {unit: its EnvironmentFile (arguments and environment)}, rendered once here by each engine
+    environments: dict = field(default_factory=dict)
+
+    @property
+    def llama_cpp(self) -> llama_cpp.LlamaCppPlan | None:
+        """None: no llama-server instance configured."""
+        return self.engines.get("llama_cpp")
+
+    @property
+    def vllm(self) -> vllm.VllmPlan | None:
+        """None: no vLLM instance configured (and no Ray cluster)."""
+        return self.engines.get("vllm")
+
+    def engine_plans(self) -> list[tuple[Engine, object]]:
+        """(engine, its plan) of every registered engine with a plan here, in the registry's order."""
+        return [(e, self.engines[e.role]) for e in ENGINES if self.engines.get(e.role) is not None]
 
 
 class HostRefused(SettingsError, PyinfraError):
@@ -104,10 +120,10 @@ def _plan_host(host: Host, diagnosing: bool, deploying: bool) -> HostPlan:
     given = load_settings(host.name, host.data.dict())
     # hf:// models: the plan reads header copies first, so a model that does not fit moves no weights; a deploy then
     # downloads and verifies them and plans again on the real files (the same plan, read from the real headers)
-    plan = _preflight(host, hub.resolved(host.name, given, fetch=False), diagnosing, deploying)
+    plan = _preflight(host, hub.resolved(host.name, given, fetch=False, engines=ENGINES), diagnosing, deploying)
     if not deploying or plan.settings is given:
         return plan
-    return _preflight(host, hub.resolved(host.name, given, fetch=True), diagnosing, deploying)
+    return _preflight(host, hub.resolved(host.name, given, fetch=True, engines=ENGINES), diagnosing, deploying)
 
 
 def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool) -> HostPlan:
@@ -135,34 +151,34 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     for line in cuda.minor_compat_warnings(settings, platform, driver.pin if driver else None):
         logger.warning(f"[{host.name}] cuda: {line}")
     gpus = host.get_fact(NvidiaGpus)
-    llama, more = llama_cpp.plan(settings, toolkits, gpus, lambda path: bool(host.get_fact(File, path=path)))
-    problems += more
-    for line in llama.notes if llama else ():
-        logger.warning(f"[{host.name}] llama_cpp: {line}")
-    ports = {i.port: f"llama-server@{n}" for n, i in settings.llama_cpp_instances.items()}
-    cluster, more = ray.plan(settings, host.name, list(host.groups), cluster_nodes(host, settings, deploying))
-    problems += more
-    python = host.get_fact(PythonVersion, path=settings.vllm_python) \
-        if settings.vllm_instances or settings.ray_cluster else None
-    served, more = vllm.plan(settings, python, gpus, driver.pin.version if driver else None,
-                             lambda path: host.get_fact(HfModelDir, path=path), ports, cluster)
-    problems += more
-    for line in (w for i in (served.instances if served else ()) for w in i.warnings):
-        logger.warning(f"[{host.name}] vllm: {line}")
+    cluster, ray_problems = ray.plan(settings, host.name, list(host.groups), cluster_nodes(host, settings, deploying))
+    plans, taken = {}, {}
+    for engine in ENGINES:
+        plans[engine.role], more = engine.plan(PlanInputs(settings, toolkits, gpus, driver.pin.version if driver else
+                                                          None, cluster, dict(taken), host.get_fact))
+        problems += more
+        if engine is ENGINES[0]:  # said after the first engine's problems, as before the registry
+            problems += ray_problems
+        for line in engine.notes(plans[engine.role]) if plans[engine.role] else ():
+            logger.warning(f"[{host.name}] {engine.role}: {line}")
+        taken |= engine.ports(settings)
     policy, more = gpu_policy.plan(settings, host.get_fact(GpuPolicyCards) if gpu_policy.wanted(settings) and gpus
                                    else [])
     problems += more
-    claims = gpu_claims_of(settings, gpus, llama, served)
+    claims = gpu_claims_of(settings, gpus, plans)
     problems += gpu_sum_problems(claims, {g["index"]: usable_mib(g) for g in host_gpus(settings, gpus)},
                                  {g["index"]: describe_outside(g) for g in gpus})
-    watch, more = monitoring.plan(settings, driver.pin, llama, served) if driver else (None, [])
+    watch, more = (monitoring.plan(settings, driver.pin, plans.get("llama_cpp"), plans.get("vllm")) if driver
+                   else (None, []))
     problems += more
     if problems or driver is None:
         raise SettingsError(host.name, problems)
     for line in filter(None, (describe_outside(g) for g in gpus)):
         logger.warning(f"[{host.name}] {line}")
-    return HostPlan(settings, platform, driver, toolkits, llama, served, claims, ray=cluster, gpus=gpus,
-                    gpu_policy=policy, monitoring=watch)
+    environments = {e.unit_of(i.name): e.environment(p, i) for e in ENGINES if (p := plans[e.role])
+                    for i in e.served(p)}
+    return HostPlan(settings, platform, driver, toolkits, plans, claims, ray=cluster, gpus=gpus,
+                    gpu_policy=policy, monitoring=watch, environments=environments)
 
 
 def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> list[ray.Node]:
@@ -200,21 +216,18 @@ def cluster_nodes(host: Host, settings: Settings, deploying: bool = True) -> lis
     return nodes
 
 
-def gpu_claims_of(settings: Settings, gpus: list, llama: llama_cpp.LlamaCppPlan | None,
-                  served: vllm.VllmPlan | None) -> dict[int, list[tuple[str, int | None]]]:
-    """Each GPU's users across both engines with the bytes they claim (roles/engines.py gpu_claims), and the memory
-    in use by processes outside v100kit on it unless every instance there sets allow_gpu_in_use."""
+def gpu_claims_of(settings: Settings, gpus: list, plans: dict) -> dict[int, list[tuple[str, int | None]]]:
+    """Each GPU's users across the engines (`plans`: {engine role: plan or None}) with the bytes they claim
+    (Engine.claims, roles/engines.py gpu_claims), and the memory in use by processes outside v100kit on it unless
+    every instance there sets allow_gpu_in_use."""
     listed = host_gpus(settings, gpus)
-    instances = [*(llama.instances if llama else ()), *(served.instances if served else ())]
+    instances = [i for e in ENGINES if plans.get(e.role) for i in e.instances(plans[e.role])]
     sees = {id(i): set(i.settings.gpus or [g["index"] for g in listed]) for i in instances}
     outside = {g["index"]: outside_use(g)[0] for g in gpus
                if not all(i.settings.allow_gpu_in_use for i in instances if g["index"] in sees[id(i)])}
-    return gpu_claims(
-        [(f"llama-server@{i.name}", i.settings.gpus, llama_cpp.claim_bytes(i)) for i in llama.instances]
-        if llama else [],
-        [(f"vllm@{i.name}", i.settings.gpus, i.settings.tensor_parallel_size, i.settings.gpu_memory_utilization,
-          # the planner's figure for the model where it read it (graphs by its layers), else the flat estimate
-          i.memory.outside_bytes if i.memory and i.memory.outside_bytes else
-          VLLM_CUDA_CONTEXT_BYTES + vllm_graph_bytes(i.settings.tensor_parallel_size, i.settings.enforce_eager))
-         for i in served.instances] if served else [],
-        {g["index"]: usable_mib(g) for g in listed}, outside)
+    memory = {g["index"]: usable_mib(g) for g in listed}
+    claims: dict[int, list[tuple[str, int | None]]] = {}
+    for e in ENGINES:
+        for g, users in e.claims(plans[e.role], memory).items() if plans.get(e.role) else ():
+            claims.setdefault(g, []).extend(users)
+    return gpu_claims([], [], memory, outside, claims)

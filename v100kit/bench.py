@@ -40,6 +40,7 @@ from roles.bench.figures import Load, degenerate
 from roles.bench.report import InstanceBench
 from roles.bench.residency import judge_instance
 from roles.bench.vram import PeakVram
+from roles.engine_registry import by_name, by_unit
 from roles.preflight import HostPlan
 from v100kit import loadgen
 from v100kit.hosts import NOT_CHECKED, HostFailure, exit_status, for_each_host
@@ -140,21 +141,18 @@ class HostControl:
                          f"sleep 0.25; done; kill -9 -- -{p} {p} 2>/dev/null; true")
 
 
-def _roofline(i: InstanceBench, memory, gpu_name: str | None, engine: str, tp: int, load: Load,
-              pp: int = 1) -> list[dict]:
+def _roofline(i: InstanceBench, memory, gpu_name: str | None, load: Load, read) -> list[dict]:
     """The roofline figures of one measured instance per depth, at concurrency 1 ([] without a plan or a known GPU;
     a depth without a decode speed is left out). llama.cpp splits layers across GPUs, read one after another: all
     weights count against one GPU's bandwidth. vLLM's tensor parallel reads each GPU's share at once: one GPU's
     weights and its share of the KV cache; its pipeline stages (`pp`, the nodes of a Ray cluster) run one after
     another for each token: each stage's share counts in turn (the planner's heaviest stage, pp times: an upper
-    bound on the bytes). Context: the server's mean prompt tokens (else the depth) plus half the output."""
+    bound on the bytes). `read(memory)`: (weight bytes, KV bytes per context token) per token, the engine's
+    BenchHooks.roofline. Context: the server's mean prompt tokens (else the depth) plus half the output."""
     bw = roofline.bandwidth(gpu_name or "")
     if memory is None or bw is None:
         return []
-    if engine == "llama.cpp":
-        weights, kv = memory.weight_bytes * memory.n_gpus, memory.kv_bytes_per_token
-    else:
-        weights, kv = memory.weight_bytes * pp, memory.kv_bytes_per_token / tp
+    weights, kv = read(memory)
     out = []
     for depth in i.depths:
         c1 = i.at(1, depth)
@@ -177,42 +175,41 @@ def vram_sampler(host, root: int, sole: bool):
 
 def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Load, do_sweep: bool,
                    sweep_load: Load = SWEEP_LOAD) -> InstanceBench:
-    """Measure one instance (see the module's docstring)."""
+    """Measure one instance (see the module's docstring) of the engine labelled `engine` (Engine.name; raises
+    UnknownEngine for a name the registry lacks) through its BenchHooks."""
     from roles.bench.facts import InstanceEvidence
     from roles.nvidia_driver.facts import NvidiaGpus
 
     s = inst.settings
-    unit = f"{'llama-server' if engine == 'llama.cpp' else 'vllm'}@{inst.name}"
+    hooks = by_name(engine).bench
+    unit = by_name(engine).unit_of(inst.name)
     i = InstanceBench(host.name, unit, engine)
     ev = host.get_fact(InstanceEvidence, unit=unit, port=s.port)
     gpus = host.get_fact(NvidiaGpus)
     i.running = ev["main_pid"] > 0
     tp = getattr(s, "tensor_parallel_size", 1)
-    if inst.memory is not None:
-        m = inst.memory
-        per_gpu = m.total_bytes if engine == "llama.cpp" else m.budget_bytes + m.cuda_context_bytes
-        i.planned_vram_mib = per_gpu * (m.n_gpus if engine == "llama.cpp" else tp) / MiB
+    planned = hooks.planned_vram_bytes(plan, inst)
+    if planned is not None:
+        i.planned_vram_mib = planned / MiB
     if not i.running:
         i.residency = "the service has no running process"
         i.flags.append(f"{unit} is not running (systemctl status {unit})")
         return i
-    verdict, used = judge_instance(engine, ev, inst.n_gpu_layers if engine == "llama.cpp" else 0, sole)
+    verdict, used = judge_instance(engine, ev, hooks.n_gpu_layers(inst), sole)
     i.on_gpu, i.residency, i.vram_mib = verdict.on_gpu, verdict.evidence, used
     if not verdict.on_gpu:
         i.flags.append(f"not on the GPU: {verdict.evidence}")
     # a request longer than the instance serves would fail at the server: say so instead of sending the load
-    limit = (inst.serving.context if engine == "llama.cpp" and getattr(inst, "serving", None) else
-             getattr(s, "max_model_len", None) if engine == "vllm" else None)
+    limit, what = hooks.request_limit(inst)
     need = max(load.depths) + load.output_tokens
     if limit and need > limit:
-        what = "context per request" if engine == "llama.cpp" else "max_model_len"
         i.flags.append(f"not measured: the load needs {need} tokens per request (depth {max(load.depths)} + "
                        f"{load.output_tokens} output), above the instance's {what} {limit}; lower --depths or "
                        "--output-tokens, or raise the setting")
         return i
     url, tunnel = endpoint(host, s.listen, s.port)
     i.url = f"http://{s.listen}:{s.port}" + ("" if tunnel is None else " (through the SSH connection)")
-    model = (getattr(s, "served_model_name", None) or inst.name) if engine == "vllm" else inst.name
+    model = hooks.model_name(inst)
     try:
         if not loadgen.wait_healthy(url, inst.api_key, 30) and loadgen.get(url, "/v1/models", inst.api_key) != 200:
             i.flags.append(f"{unit} does not answer at {i.url}")
@@ -229,9 +226,9 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
         if failed:
             i.flags.append(f"{failed} requests failed: {'; '.join(e for lv in i.levels for e in lv.errors)[:200]}")
         gpu = next((g["name"] for g in gpus if g["index"] == (s.gpus[0] if s.gpus else 0)), None)
-        pp = plan.ray.pipeline_parallel_size if engine == "vllm" and plan is not None and plan.ray else 1
-        i.rooflines = _roofline(i, inst.memory, gpu, engine, tp, load, pp)
-        if do_sweep and engine == "llama.cpp":
+        i.rooflines = _roofline(i, inst.memory, gpu, load,
+                                lambda m: hooks.roofline(plan, inst, m, tp))
+        if do_sweep and hooks.sweep is not None:
             _sweep(host, plan, inst, i, url, sweep_load, sole)
     finally:
         if tunnel is not None:
@@ -244,13 +241,12 @@ def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = 
     """--sweep of one llama.cpp instance: roles/bench/sweep.py run with HostControl, each flag set measured with
     `load` (every depth and concurrency) and its peak VRAM sampled; its bound said before it starts; results into
     `i`."""
-    from roles.llama_cpp.decide import CONFIG_DIR, CURRENT, server_args
-
+    engine = by_unit(i.unit)
+    binary, args, flash_attn_style = engine.bench.sweep(plan, inst)
     settings = plan.settings
-    control = HostControl(host, i.unit, f"{CURRENT}/bin/llama-server", settings.base_service_user,
-                          settings.base_service_home, f"{CONFIG_DIR}/{inst.name}.key.env", url, inst.api_key)
-    alts = sweeping.alternatives(server_args(inst, plan.llama_cpp.source.flash_attn_style),
-                                 plan.llama_cpp.source.flash_attn_style)
+    control = HostControl(host, i.unit, binary, settings.base_service_user,
+                          settings.base_service_home, engine.key_file(inst.name), url, inst.api_key)
+    alts = sweeping.alternatives(args, flash_attn_style)
     i.sweep_bound = b = sweeping.bound(len(alts), load, START_TIMEOUT_S)
     say(f"{host.name} {i.unit}: sweep of {b['alternatives']} flag sets x {b['depths']} depths x {b['levels']} "
         f"levels: at most {b['max_requests']} requests and {b['max_seconds']:.0f} s")
@@ -270,14 +266,13 @@ def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False,
                sweep_load: Load = SWEEP_LOAD) -> list[InstanceBench]:
     """Every llama-server@ and vllm@ instance of one host, in unit order. A Ray cluster's instances are measured
     at their endpoint on the head only (a worker serves none)."""
-    instances = ([("llama.cpp", x) for x in plan.llama_cpp.instances] if plan.llama_cpp else []) + \
-                ([("vllm", x) for x in plan.vllm.instances] if plan.vllm and plan.vllm.serves else [])
+    instances = [(engine.name, x) for engine, p in plan.engine_plans() for x in engine.served(p)]
     out = []
     for engine, inst in instances:
         try:
             out.append(bench_instance(host, plan, engine, inst, len(instances) == 1, load, do_sweep, sweep_load))
         except Exception as e:  # one instance's failure (a host command, the sweep's restart) is its flag
-            unit = f"{'llama-server' if engine == 'llama.cpp' else 'vllm'}@{inst.name}"
+            unit = by_name(engine).unit_of(inst.name)
             out.append(InstanceBench(host.name, unit, engine, residency="not measured",
                                      flags=[f"bench failed: {type(e).__name__}: {e}"[:400]]))
     return out

@@ -17,21 +17,10 @@ import json
 
 from v100kit.hosts import HostFailure, exit_status, for_each_host, json_results
 from roles.engines import describe_outside, outside_use, usable_mib
-from roles.llama_cpp.jobs import host_build_jobs
+from roles.engine_registry import ENGINES, by_unit
 from roles.preflight import HostPlan
 
 MiB = 1 << 20
-
-
-def _memory(m) -> dict | None:
-    """A planner.Plan as plain data (sizes in MiB, speeds in tokens/s); None when the model was not readable."""
-    return None if m is None else {
-                "outcome": m.outcome, "gpus": m.n_gpus, "weights_mib": round(m.weight_bytes / MiB),
-                "kv_cache_mib": round(m.kv_bytes / MiB, 2), "compute_buffer_mib": round(m.compute_buffer_bytes / MiB),
-                "cuda_context_mib": round(m.cuda_context_bytes / MiB), "total_mib": round(m.total_bytes / MiB),
-                "budget_mib": round(m.budget_bytes / MiB), "max_context_tokens": m.max_context_that_fits,
-                "layers_offloaded": m.layers_offloaded, "decode_ceiling_tps": round(m.decode_ceiling_tps, 1),
-                "reasons": m.reasons}
 
 
 def gpus_summary(plan: HostPlan) -> dict:
@@ -55,36 +44,20 @@ def gpus_summary(plan: HostPlan) -> dict:
 
 
 def summarize(host, plan: HostPlan) -> dict:
-    """The plan of one host as plain data; instances keyed by their systemd unit (llama-server@NAME, vllm@NAME)."""
+    """The plan of one host as plain data; instances keyed by their systemd unit (llama-server@NAME, vllm@NAME).
+    Each engine of the registry gives its own part (Engine.summary): its key (None without instances) and rows."""
     out = {"platform": plan.platform.id, "driver": plan.driver.pin.version,
-           "cuda": [t.version for t in plan.toolkits], "llama_cpp": None, "vllm": None, "instances": {}}
-    if plan.llama_cpp:
-        out["llama_cpp"] = plan.llama_cpp.prefix
-        jobs, why = host_build_jobs(host, plan.settings.llama_cpp_build_jobs)  # as the deploy decides them
-        out["llama_cpp_build"] = {"jobs": jobs, "why": why}
-        for inst in plan.llama_cpp.instances:
-            kv = inst.kv
-            out["instances"][f"llama-server@{inst.name}"] = {
-                "model": inst.model_path, "plan": _memory(inst.memory),
-                "kv_cache": None if kv is None else {"type_k": kv.cache_type_k, "type_v": kv.cache_type_v,
-                                                     "flash_attn": kv.flash_attn, "why": kv.why},
-                "serving": None if inst.serving is None else {
-                    "slots": inst.serving.slots, "context_per_request": inst.serving.context,
-                    "kv_pool_tokens": inst.serving.pool, "kv_unified": inst.serving.unified,
-                    "full_length_requests_at_once": inst.serving.slots, "why": list(inst.serving.why)}}
+           "cuda": [t.version for t in plan.toolkits], **{e.role: None for e in ENGINES}, "instances": {}}
+    for engine, p in plan.engine_plans():
+        top, rows = engine.summary(host, p, plan)
+        out.update(top)
+        out["instances"].update(rows)
     out["gpus"] = gpus_summary(plan)
     if plan.ray:
         r = plan.ray
         out["ray"] = {"cluster": r.cluster, "role": r.role, "head": r.head, "nodes": list(r.nodes),
                       "node_address": r.node_address, "gcs_address": r.gcs_address, "interface": r.interface,
                       "pipeline_parallel_size": r.pipeline_parallel_size}
-    if plan.vllm:
-        out["vllm"] = {"version": plan.vllm.release.version, "engine": plan.vllm.release.engine,
-                       "python": plan.vllm.python, "venv": plan.vllm.venv}
-        for inst in plan.vllm.instances:
-            out["instances"][f"vllm@{inst.name}"] = {"model": inst.model_path, "dtype": inst.dtype,
-                                                     "plan": _memory(inst.memory), "warnings": list(inst.warnings),
-                                                     "served_by": plan.ray.head if plan.ray else None}
     out["request_logging"] = request_logging(plan)
     m = plan.monitoring
     out["monitoring"] = None if m is None else {
@@ -95,16 +68,8 @@ def summarize(host, plan: HostPlan) -> dict:
 
 def request_logging(plan: HostPlan) -> dict[str, str]:
     """Per engine with instances here, whether its request logger runs and where each prompt then goes: {engine:
-    one line} (llama_cpp_log_requests, vllm_log_requests)."""
-    out = {}
-    if plan.llama_cpp:
-        out["llama-server"] = ("on: each request's prompt and generated tokens go to the journal (-lv 5; "
-                               "journalctl -u llama-server@NAME)" if plan.llama_cpp.log_requests else
-                               "off: -lv 4 logs no request text")
-    if plan.vllm and plan.vllm.serves:
-        out["vllm"] = ("on: each request's prompt goes to the journal (journalctl -u vllm@NAME)"
-                       if plan.vllm.log_requests else "off: the request logger is turned off")
-    return out
+    one line} (llama_cpp_log_requests, vllm_log_requests; Engine.request_logging)."""
+    return dict(filter(None, (engine.request_logging(p) for engine, p in plan.engine_plans())))
 
 
 def table(results: dict) -> str:
@@ -114,18 +79,8 @@ def table(results: dict) -> str:
             lines += [f"== {name}: {r.error.upper()}", r.cause]
             continue
         lines.append(f"== {name}: {r['platform']}, driver {r['driver']}, CUDA {', '.join(r['cuda'])}")
-        if r["llama_cpp"]:
-            lines.append(f"   llama.cpp {r['llama_cpp']}" + (f", build {r['llama_cpp_build']['why']}"
-                                                           if r.get("llama_cpp_build") else ""))
-        if r.get("ray"):
-            c = r["ray"]
-            lines.append(f"   Ray cluster {c['cluster']}: {c['role']} at {c['node_address']} ({c['interface']}), GCS "
-                         f"{c['gcs_address']}; nodes {', '.join(c['nodes'])}: vLLM instances span them (pipeline "
-                         f"parallel {c['pipeline_parallel_size']}" + (", served here)" if c["role"] == "head" else
-                                                                      f", served by {c['head']})"))
-        if r["vllm"]:
-            v = r["vllm"]
-            lines.append(f"   vLLM {v['version']} ({v['engine']} engine, Python {v['python']}) {v['venv']}")
+        for engine in ENGINES:
+            lines += engine.table(r)
         for engine, how in r.get("request_logging", {}).items():
             lines.append(f"   {engine} request logging {how}")
         if r.get("monitoring"):
@@ -156,17 +111,7 @@ def table(results: dict) -> str:
                 continue
             if d.get("served_by"):
                 lines.append(f"   {inst}: served by {d['served_by']} across the cluster; per node:")
-            if inst.startswith("vllm@"):  # vLLM budgets VRAM x gpu_memory_utilization; the CUDA context is outside
-                lines.append(f"   {inst}: {p['outcome'].upper()} on {p['gpus']} GPU(s), --dtype {d['dtype']}: weights "
-                             f"{p['weights_mib']} + KV for one sequence {p['kv_cache_mib']} + activations and "
-                             f"non-torch {p['compute_buffer_mib']} = {p['total_mib']} of {p['budget_mib']} MiB per "
-                             f"GPU (CUDA context ~{p['cuda_context_mib']} outside); max model len "
-                             f"{p['max_context_tokens']} tokens; decode <= {p['decode_ceiling_tps']} tok/s")
-                continue
-            lines.append(f"   {inst}: {p['outcome'].upper()} on {p['gpus']} GPU(s): weights {p['weights_mib']} + KV "
-                         f"{p['kv_cache_mib']} + buffers {p['compute_buffer_mib']} + CUDA {p['cuda_context_mib']} = "
-                         f"{p['total_mib']} of {p['budget_mib']} MiB per GPU; max context {p['max_context_tokens']} "
-                         f"tokens; {p['layers_offloaded']} layers on the CPU; decode <= {p['decode_ceiling_tps']} tok/s")
+            lines.append(by_unit(inst).memory_line(inst, d, p))
     return "\n".join(lines)
 
 

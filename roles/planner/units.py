@@ -136,3 +136,16 @@ def _decode_tps(gpu_bytes: float, host_bytes: float) -> float:
     memory (docs/volta.md §6: decode is memory-bandwidth bound); inf when nothing is read."""
     seconds = gpu_bytes / V100_BANDWIDTH_BYTES_S + host_bytes / HOST_BANDWIDTH_BYTES_S
     return 1 / seconds if seconds > 0 else math.inf
+
+
+def plan_row(m: Plan | None) -> dict | None:
+    """A Plan as plain data for `v100kit plan` (sizes in MiB, speeds in tokens/s); None when the model was not
+    readable."""
+    mib = 1 << 20
+    return None if m is None else {
+                "outcome": m.outcome, "gpus": m.n_gpus, "weights_mib": round(m.weight_bytes / mib),
+                "kv_cache_mib": round(m.kv_bytes / mib, 2), "compute_buffer_mib": round(m.compute_buffer_bytes / mib),
+                "cuda_context_mib": round(m.cuda_context_bytes / mib), "total_mib": round(m.total_bytes / mib),
+                "budget_mib": round(m.budget_bytes / mib), "max_context_tokens": m.max_context_that_fits,
+                "layers_offloaded": m.layers_offloaded, "decode_ceiling_tps": round(m.decode_ceiling_tps, 1),
+                "reasons": m.reasons}

@@ -346,7 +346,9 @@ def test_ctrl_c_during_a_sweep_starts_the_service_again_then_exits_130(monkeypat
         return sweeping.run(Control(), [("-np 4", ["-np", "4"])], interrupt, lambda line: None)
 
     monkeypatch.setattr(bench, "bench_instance", bench_instance)
-    host_plan = SimpleNamespace(llama_cpp=SimpleNamespace(instances=[SimpleNamespace(name="tiny")]), vllm=None)
+    from roles.engine_registry import by_role
+    llama = SimpleNamespace(instances=[SimpleNamespace(name="tiny")])
+    host_plan = SimpleNamespace(llama_cpp=llama, vllm=None, engine_plans=lambda: [(by_role("llama_cpp"), llama)])
     monkeypatch.setattr(bench, "for_each_host", lambda inventory, limit, fn: {GOOD: fn(SimpleNamespace(name=GOOD),
                                                                                         host_plan)})
     assert status(["bench", "inventory/example.py", "--sweep"]) == 130

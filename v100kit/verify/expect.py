@@ -44,14 +44,13 @@ def _reach(listen: str) -> str:
 
 
 def services(plan: HostPlan) -> tuple[Service, ...]:
-    """The llama-server@NAME and vllm@NAME instances the settings configure."""
+    """The instances the settings configure (llama-server@NAME, vllm@NAME: each registered engine's, in the
+    registry's order)."""
     out: list[Service] = []
-    for i in plan.llama_cpp.instances if plan.llama_cpp else ():
-        out.append(Service(f"llama-server@{i.name}", "llama.cpp", i.settings.port, _reach(i.settings.listen),
-                           f"/etc/llama-server/{i.name}.key.env" if i.api_key else None))
-    for i in plan.vllm.instances if plan.vllm else ():
-        out.append(Service(f"vllm@{i.name}", "vllm", i.settings.port, _reach(i.settings.listen),
-                           f"/etc/vllm/{i.name}.key.env" if i.api_key else None))
+    for engine, p in plan.engine_plans():
+        for i in engine.instances(p):
+            out.append(Service(engine.unit_of(i.name), engine.name, i.settings.port, _reach(i.settings.listen),
+                               engine.key_file(i.name) if i.api_key else None))
     return tuple(out)
 
 
