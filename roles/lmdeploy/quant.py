@@ -1,0 +1,88 @@
+"""Which quantized checkpoints LMDeploy's TurboMind engine runs on a V100, from the model's config.json.
+
+TurboMind reads `quantization_config` (top level, or nested in text_config/llm_config) and accepts it, or asserts,
+in lmdeploy/turbomind/converter.py get_tm_config (v0.15.0, lines 167-206): `awq` only with version "gemm", `gptq`
+only with desc_act false and sym true, and (_validate_quant_group_size, lines 78-110) group_size 128 for both (0 or
+absent means 128). Both are 4-bit formats (AWQFormat / GPTQFormat in turbomind/weight_format.py unpack int4) and
+TurboMind runs them in float16 (converter.py:40-45), on compute capability 7.0 included
+(docs/en/quantization/w4a16.md:5-10: "V100(sm70)"). FP8 weights need compute capability 8.9
+(docs/en/quantization/w8a8.md:15-17: Ada and Hopper only). TurboMind's other formats (mxfp4, compressed-tensors
+pack-quantized) are not offered by the toolkit yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from roles.settings import problem
+
+#: group sizes TurboMind accepts per format (lmdeploy/turbomind/converter.py _SUPPORTED_GROUP_SIZES, v0.15.0:86-92)
+SUPPORTED_GROUP_SIZES: dict[str, frozenset[int]] = {"awq": frozenset({128}), "gptq": frozenset({128})}
+DEFAULT_GROUP_SIZE = 128  # converter.py _DEFAULT_GROUP_SIZES (v0.15.0:78-84): 0 or absent means 128
+_NESTED = ("text_config", "llm_config", "language_config")
+
+
+@dataclass(frozen=True)
+class TurbomindFormat:
+    """What TurboMind is told about a checkpoint: model_format ("awq", "gptq" or None for unquantized float16 or
+    bfloat16 weights), bits (4, or None when unquantized) and group_size (128, or None)."""
+
+    model_format: str | None
+    bits: int | None = None
+    group_size: int | None = None
+
+    def args(self) -> tuple[str, ...]:
+        """The `lmdeploy serve api_server` words for it: ("--model-format", "awq"), or () for unquantized."""
+        return ("--model-format", self.model_format) if self.model_format else ()
+
+
+def quantization_config(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The `quantization_config` of a parsed config.json: at the top level, else in text_config / llm_config /
+    language_config (as lmdeploy's search_nested_config finds it for vision-language models); None when absent."""
+    if isinstance(config.get("quantization_config"), dict):
+        return config["quantization_config"]
+    for key in _NESTED:
+        sub = config.get(key)
+        if isinstance(sub, dict) and isinstance(sub.get("quantization_config"), dict):
+            return sub["quantization_config"]
+    return None
+
+
+def turbomind_format(config: dict[str, Any], key: str = "lmdeploy_instances.model") -> tuple[TurbomindFormat | None,
+                                                                                                 list[str]]:
+    """Decide how TurboMind loads the model of a parsed config.json on a V100: (format, []) when it can, (None,
+    problems) otherwise, each problem one line of roles.settings.problem naming `key` (the setting that chose the
+    model), the value found in config.json, why, and the fix."""
+    qc = quantization_config(config)
+    if qc is None:
+        return TurbomindFormat(None), []
+    method = str(qc.get("quant_method", "")).lower()
+    fix_other = ("choose a 4-bit AWQ (version gemm) or GPTQ (desc_act false, sym true) checkpoint with group size "
+                 "128, or the unquantized model")
+    if method == "fp8":
+        return None, [problem(key, "quant_method fp8", "FP8 weights need compute capability 8.9 (LMDeploy "
+                              "docs/en/quantization/w8a8.md: Ada, Hopper); a V100 is 7.0", fix_other)]
+    if method not in SUPPORTED_GROUP_SIZES:
+        return None, [problem(key, f"quant_method {method or '(none)'}", "v100kit runs only AWQ and GPTQ "
+                              "checkpoints with LMDeploy's TurboMind", fix_other)]
+    problems = []
+    bits = qc.get("bits", qc.get("w_bit", 4))
+    if bits != 4:
+        problems.append(problem(key, f"{method} bits {bits}", "TurboMind's AWQ and GPTQ kernels are 4-bit "
+                                "(lmdeploy/turbomind/weight_format.py unpacks int4)", fix_other))
+    group = int(qc.get("group_size", qc.get("q_group_size", 0)) or DEFAULT_GROUP_SIZE)
+    if group not in SUPPORTED_GROUP_SIZES[method]:
+        problems.append(problem(key, f"{method} group_size {group}", "TurboMind accepts group size "
+                                f"{', '.join(map(str, sorted(SUPPORTED_GROUP_SIZES[method])))} for {method} "
+                                "(lmdeploy/turbomind/converter.py _SUPPORTED_GROUP_SIZES)", fix_other))
+    if method == "awq" and qc.get("version", "gemm") != "gemm":
+        problems.append(problem(key, f"awq version {qc.get('version')}", "TurboMind loads AWQ's GEMM packing "
+                                "only (converter.py: assert version == 'gemm')", fix_other))
+    if method == "gptq" and (qc.get("desc_act", False) or not qc.get("sym", True)):
+        problems.append(problem(key, f"gptq desc_act {qc.get('desc_act', False)} sym {qc.get('sym', True)}",
+                                "TurboMind loads GPTQ without act-order and symmetric only (converter.py: "
+                                "assert not desc_act and sym)", fix_other))
+    if problems:
+        return None, problems
+    return TurbomindFormat(method, 4, group), []

@@ -1,0 +1,24 @@
+"""The API-key launcher (roles/lmdeploy/launch.py): keys from a file appended inside the process, never in argv."""
+
+from __future__ import annotations
+
+import pytest
+
+from roles.lmdeploy.launch import keyed_argv
+
+
+def test_keys_from_the_file_are_appended_as_lmdeploys_api_keys(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("sk-one\n\nsk-two\n")
+    argv = ["launch.py", str(key), "serve", "api_server", "/m", "--backend", "turbomind"]
+    assert keyed_argv(argv, str(key)) == ["launch.py", "serve", "api_server", "/m", "--backend", "turbomind",
+                                          "--api-keys", "sk-one", "sk-two"]
+
+
+@pytest.mark.parametrize("content", [None, "", "\n  \n"])
+def test_a_missing_or_empty_key_file_stops_the_start(tmp_path, content):
+    key = tmp_path / "key"
+    if content is not None:
+        key.write_text(content)
+    with pytest.raises(SystemExit, match=str(key)):
+        keyed_argv(["launch.py", str(key), "serve"], str(key))
