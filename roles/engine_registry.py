@@ -1,14 +1,16 @@
 """The inference engines v100kit knows, in the order preflight plans them and every command lists them. Each entry
-is the one declaration of its package (roles/NAME/engine.py ENGINE; roles/engines.py Engine says what it holds);
-adding an engine is one line here. docs/engines.md lists what an engine provides."""
+is the one declaration of its package (roles/NAME/engine.py ENGINE; roles/engines.py Engine says what it holds).
+The packages are those roles/engine_packages.py names, the one list the settings model reads too: adding an engine
+is one name there. docs/engines.md lists what an engine provides."""
 
 from __future__ import annotations
 
-from roles.engines import Engine
-from roles.llama_cpp.engine import ENGINE as LLAMA_CPP
-from roles.vllm.engine import ENGINE as VLLM
+import importlib
 
-ENGINES: tuple[Engine, ...] = (LLAMA_CPP, VLLM)
+from roles.engine_packages import ENGINE_PACKAGES
+from roles.engines import Engine
+
+ENGINES: tuple[Engine, ...] = tuple(importlib.import_module(f"roles.{pkg}.engine").ENGINE for pkg in ENGINE_PACKAGES)
 
 
 class UnknownEngine(ValueError):

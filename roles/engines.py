@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlparse, urlsplit
 from jinja2 import FileSystemLoader
 
 from roles.nvidia_driver.shapes import GpuInfo, GpuProcess
-from roles.settings import LlamaCppInstance, Settings, VllmInstance, problem
+from roles.settings import InstanceOnGpus, Settings, problem
 
 MIB = 1 << 20
 #: The templates every engine's unit shares (engine-hardening.j2: the hardening block), beside each role's own.
@@ -190,7 +190,7 @@ def network_listener(key: str, listen: str, protected: bool, why: str, fix: str)
     return [problem(f"{key}.listen", listen, why, fix)]
 
 
-def one_model(key: str, inst: LlamaCppInstance | VllmInstance, fix: str, shown: dict | None = None) -> list[str]:
+def one_model(key: str, inst: InstanceOnGpus, fix: str, shown: dict | None = None) -> list[str]:
     """[] when exactly one of inst.model_path and inst.model_source is set; else one problem naming `key`, whose
     value is `shown` (default: the two settings) and whose fix is the role's `fix`."""
     if bool(inst.model_path) != bool(inst.model_source):

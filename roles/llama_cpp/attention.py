@@ -20,7 +20,7 @@ from typing import Callable, Literal
 
 Placement = Literal["gpu", "cpu", "abort", "refused"]
 
-#: The KV cache types llama-server takes (-ctk/-ctv; roles/settings.py LlamaCacheType).
+#: The KV cache types llama-server takes (-ctk/-ctv; roles/llama_cpp/settings.py LlamaCacheType).
 CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 #: ggml_is_quantized (ggml/src/ggml.c type_traits: is_quantized) for those types.
 QUANTIZED = frozenset({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"})

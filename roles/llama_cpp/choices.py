@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from roles.llama_cpp.attention import QUANTIZED, explain
-from roles.settings import LlamaCppInstance, problem
+from roles.llama_cpp.settings import LlamaCppInstance
+from roles.settings import problem
 
 #: The KV cache types tried where cache_type_k/v are unset, fastest first: f16 decodes 14-32 % faster than q8_0
 #: (roles/llama_cpp/slots.py Q8_0_DECODE_RATIO), q8_0 holds twice the tokens. Each is a candidate where attention

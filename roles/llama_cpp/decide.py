@@ -32,7 +32,8 @@ from roles.llama_cpp.versions import (CUDA_ARCH_RANGE, CUDA_BAD_ON_VOLTA, CUDA_P
                                       SOURCES, Source, volta_known_bad, volta_refusal)
 from roles.secrets import read_api_key
 from roles.nvidia_driver.shapes import GpuInfo
-from roles.settings import LlamaCppInstance, Settings, problem
+from roles.llama_cpp.settings import LlamaCppInstance
+from roles.settings import Settings, problem
 
 PREFIX_ROOT = "/opt/llama.cpp"
 CURRENT = f"{PREFIX_ROOT}/current"

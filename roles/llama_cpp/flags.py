@@ -10,7 +10,8 @@ A tree whose flags are unknown (an unpinned source URL) gets the older spellings
 from __future__ import annotations
 
 from roles import engines
-from roles.settings import LlamaCppInstance, problem
+from roles.llama_cpp.settings import LlamaCppInstance
+from roles.settings import problem
 
 #: Every spelling of a flag the toolkit sets itself -> the setting to use instead (both pinned trees' spellings).
 OWNED: dict[str, str] = {

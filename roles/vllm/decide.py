@@ -22,7 +22,8 @@ from roles.engines import (compute_capability, given_gpus, gpu_count, gpu_memory
 from roles.secrets import read_api_key
 from roles.nvidia_driver.shapes import GpuInfo
 from roles.ray.decide import RayPlan
-from roles.settings import Settings, VllmInstance, problem
+from roles.settings import Settings, problem
+from roles.vllm.settings import VllmInstance
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
 from roles.vllm.flags import extra_args_problems, known_flags, request_log_args, typed_args, typed_problems
 from roles.vllm.versions import (BF16_MIN_CAPABILITY, LOCK_DIR, NO_SM70_WHEELS_WHY, QUANT_MIN_CAPABILITY,

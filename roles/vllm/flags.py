@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from roles import engines
-from roles.settings import VllmInstance, problem
+from roles.settings import problem
+from roles.vllm.settings import VllmInstance
 from roles.vllm.versions import LOCK_DIR
 
 #: Every spelling of a flag the toolkit sets itself -> the setting to use instead.

@@ -355,7 +355,7 @@ class FakeHost:
 
 def _llama_instance(port: int, memory=None):
     from roles.llama_cpp.decide import Instance
-    from roles.settings import LlamaCppInstance
+    from roles.llama_cpp.settings import LlamaCppInstance
     return Instance("tiny", LlamaCppInstance(model_path="/m/tiny.gguf", port=port), "/m/tiny.gguf", None, "k3y",
                     memory)
 

@@ -11,7 +11,8 @@ import pytest
 from roles.cuda.versions import Toolkit
 from roles.llama_cpp.choices import KvChoice
 from roles.llama_cpp.decide import Instance, flash_attn_problems, host_model_problems, plan
-from roles.settings import LlamaCppInstance, load_settings
+from roles.llama_cpp.settings import LlamaCppInstance
+from roles.settings import load_settings
 
 CUDA_124 = Toolkit("12.4", "distro", {}, "/usr/bin/nvcc", None, "g++-13")
 

@@ -22,7 +22,8 @@ import pytest
 from roles.llama_cpp import flags as lf
 from roles.llama_cpp.tree import ARG_CPP, server_flags
 from roles.llama_cpp.versions import SOURCES
-from roles.settings import LlamaCppInstance, VllmInstance
+from roles.llama_cpp.settings import LlamaCppInstance
+from roles.vllm.settings import VllmInstance
 from roles.vllm import flags as vf
 
 NEW, OLD = SOURCES["pypi-0.3.36"].server_flags, SOURCES["pypi-0.3.16"].server_flags

@@ -6,7 +6,9 @@ import hashlib
 
 from roles.engines import (compute_capability, gpu_count, gpu_memory_mib, is_url, network_listener, one_model,
                            port_clashes, sha256_file)
-from roles.settings import LlamaCppInstance, Settings, VllmInstance
+from roles.llama_cpp.settings import LlamaCppInstance
+from roles.settings import Settings
+from roles.vllm.settings import VllmInstance
 
 V100_16 = {"index": 0, "compute_cap": "7.0", "memory_mib": 16160}
 V100_32 = {"index": 1, "compute_cap": "7.0", "memory_mib": 32510}

@@ -15,7 +15,8 @@ from roles.llama_cpp.decide import (Instance, Tree, architecture_problems, archi
                                     host_model_problems, plan, source, source_file_problems, source_model, toolkit)
 from roles.llama_cpp.tree import read_tree
 from roles.llama_cpp.versions import DEFAULT_SOURCE, Source
-from roles.settings import LlamaCppInstance, Settings, load_settings
+from roles.llama_cpp.settings import LlamaCppInstance
+from roles.settings import Settings, load_settings
 
 CUDA_124 = Toolkit("12.4", "distro", {}, "/usr/bin/nvcc", None, "g++-13")
 CUDA_118 = Toolkit("11.8", "distro", {}, "/usr/bin/nvcc", None, "g++-11")

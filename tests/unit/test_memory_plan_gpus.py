@@ -13,7 +13,8 @@ from roles.llama_cpp.choices import KvChoice
 from roles.llama_cpp.decide import memory_plan
 from roles.llama_cpp.slots import Serving
 from roles.planner import read_gguf
-from roles.settings import LlamaCppInstance, load_settings
+from roles.llama_cpp.settings import LlamaCppInstance
+from roles.settings import load_settings
 
 MIB = 1024 * 1024
 KV = KvChoice("f16", "f16", True, "test")

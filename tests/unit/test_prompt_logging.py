@@ -142,7 +142,7 @@ def test_deployed_vllm_arguments_carry_the_setting(tmp_path, version, on):
 
 def test_llama_server_arguments_carry_the_setting():
     from roles.llama_cpp.decide import Instance, server_args
-    from roles.settings import LlamaCppInstance
+    from roles.llama_cpp.settings import LlamaCppInstance
 
     inst = Instance("m", LlamaCppInstance(model_path="/m.gguf"), "/m.gguf", None, None)
     quiet, loud = shlex.split(server_args(inst, "value")), shlex.split(server_args(inst, "value", log_requests=True))

@@ -14,7 +14,7 @@ import pytest
 from roles.llama_cpp import tree
 from roles.llama_cpp.choices import KvChoice
 from roles.llama_cpp.decide import Instance, server_args
-from roles.settings import LlamaCppInstance
+from roles.llama_cpp.settings import LlamaCppInstance
 from tests.unit.test_llama_cpp_tree import archive
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from roles.settings import Settings, VllmInstance
+from roles.settings import Settings
+from roles.vllm.settings import VllmInstance
 from roles.vllm.decide import (driver_problems, gpu_problems, lock, missing_python, python_problems, release,
                                shared_gpu_problems, torch_problems)
 from roles.vllm.versions import VLLM_RELEASES
@@ -93,7 +94,7 @@ def test_memory_refuses_a_model_that_leaves_no_room_for_the_kv_cache(tmp_path):
 
 # -- each refusal names the setting it is about (issue 12) ------------------------------------------------------
 from roles import planner as _planner  # noqa: E402
-from roles.settings import VllmInstance as _VllmInstance  # noqa: E402
+from roles.vllm.settings import VllmInstance as _VllmInstance  # noqa: E402
 from roles.vllm.decide import memory as _memory  # noqa: E402
 
 #: Qwen2.5-7B-Instruct's config.json shape (28 layers, 28 heads, 4 KV heads of 128, hidden 3584, MLP 18944,
@@ -122,7 +123,8 @@ def test_heads_not_divisible_names_tensor_parallel_size():
 
 def test_a_bf16_trained_model_served_in_fp16_below_8_0_is_warned_about(tmp_path):
     from lab.models import write_tiny_hf
-    from roles.settings import Settings, VllmInstance
+    from roles.settings import Settings
+    from roles.vllm.settings import VllmInstance
     from roles.vllm.decide import half_precision_warnings, instance
     from roles.vllm.versions import VLLM_RELEASES
 
