@@ -10,14 +10,12 @@ from pyinfra import host
 
 from roles.base.deploy import base
 from roles.cuda.deploy import cuda
+from roles.engine_registry import ENGINES
 from roles.gpu_policy.deploy import gpu_policy
-from roles.llama_cpp.deploy import llama_cpp
 from roles.monitoring.deploy import monitoring
 from roles.nvidia_driver.deploy import nvidia_driver
 from roles.preflight import preflight
 from roles.tuning.deploy import tuning
-from roles.ray.deploy import ray
-from roles.vllm.deploy import vllm, vllm_venv
 
 # 1. Preflight: settings and the whole stack (OS, driver branch, kernel module, CUDA vs sm_70 and vs the driver,
 #    the vLLM release vs the host Python, each model vs the GPUs: quantization, dtype, VRAM and KV cache, and the
@@ -31,9 +29,9 @@ tuning(plan.settings)                                      # sysctl.d, swapfile,
 nvidia_driver(plan.settings, plan.driver)                  # pinned + held driver, DKMS, nouveau blacklist
 gpu_policy(plan.settings, plan.gpu_policy)                 # power limit, clocks, compute and ECC mode at boot
 cuda(plan.settings, plan.platform, plan.toolkits)          # CUDA toolkits that can build sm_70
-llama_cpp(plan.settings, plan.llama_cpp)                   # llama.cpp for sm_70 + llama-server@NAME units
-venv = vllm_venv(plan.settings, plan.vllm)                 # hash-locked vLLM venv (Ray runs from it too)
-ray(plan.settings, plan.ray, venv)                         # ray-head / ray-worker of a multi-box cluster
-vllm(plan.settings, plan.vllm, venv)                       # vllm@NAME units (a cluster's: on its head)
+for engine in ENGINES:                                     # each engine (roles/engine_registry.py), in order:
+    engine.converge(plan)                                  #   llama.cpp: built for sm_70 + llama-server@NAME units
+                                                           #   vLLM: hash-locked venv, the ray-head / ray-worker of
+                                                           #   a multi-box cluster (run from that venv), vllm@NAME
 monitoring(plan.settings, plan.monitoring)                 # node exporter + GPU exporter and doctor timers
 # (a role without configured instances only stops and unconfigures the ones an earlier deploy set up)

@@ -96,7 +96,10 @@ class Engine:
     hostplan) -> ({top-level key: value}, {unit: instance row}) and table(row of the host) -> lines, and
     memory_line(unit, instance row, plan row) -> line: `v100kit plan`; request_logging(plan): (label, words) or
     None; doctor(plan, evidence) -> rows and evidence(host, plan) -> dict: the doctor's rows and what they read;
-    bench: BenchHooks; verify_key_file(inst): the key file `verify` expects (None: no key)."""
+    bench: BenchHooks; verify_key_file(inst): the key file `verify` expects (None: no key); deploy: 'MODULE:FUNCTION'
+    of its operations (roles/NAME/deploy.py), FUNCTION(settings, plan or None, host_plan) converging the engine
+    (with plan None: removing what an earlier deploy set up), imported only when deploy.py calls `converge`, so
+    that reading the registry imports nothing of pyinfra."""
 
     name: str
     role: str
@@ -119,8 +122,17 @@ class Engine:
     memory_line: Callable[[str, dict, dict], str]
     request_logging: Callable[[Any], tuple[str, str] | None]
     bench: BenchHooks
+    deploy: str
     doctor: Callable[[Any, dict], list] = field(default=lambda plan, evidence: [])
     evidence: Callable[[Any, Any], dict] = field(default=lambda host, plan: {})
+
+    def converge(self, host_plan: Any) -> Any:
+        """Run the engine's deploy hook (`deploy`) for `host_plan` (roles.preflight.HostPlan): its settings, this
+        engine's plan there (None: no instance) and the whole plan for what else the engine reads (a Ray
+        cluster's). Returns what the hook returns. Adds pyinfra operations: deploy.py only."""
+        module, _, function = self.deploy.partition(":")
+        hook = getattr(importlib.import_module(module), function)
+        return hook(host_plan.settings, host_plan.engines.get(self.role), host_plan)
 
     def unit_of(self, name: str) -> str:
         """The systemd unit of instance `name`: 'llama-server@chat'."""

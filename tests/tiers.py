@@ -57,7 +57,13 @@ EVERY_SUITE = ("tests/tiers.toml", "tests/tiers.py", "tests/conftest.py", "tests
 def _dynamic_imports(module: str) -> list[str]:
     """Project modules `module` loads without an import statement grimp can see: the v100kit command line imports
     each subcommand's module by name (v100kit/cli.py COMMANDS), and the lab harness starts its registry proxy as
-    `python -m lab.proxy` (lab/harness.py)."""
+    `python -m lab.proxy` (lab/harness.py), and the settings model and the engine registry import each engine
+    package's settings and engine module by the names in roles/engine_packages.py."""
+    if module in ("roles.settings", "roles.engine_registry"):
+        from roles.engine_packages import ENGINE_PACKAGES
+
+        leaf = "settings" if module == "roles.settings" else "engine"
+        return [f"roles.{p}.{leaf}" for p in ENGINE_PACKAGES]
     if module == "v100kit.cli":
         from v100kit.cli import COMMANDS
 
@@ -98,6 +104,11 @@ def _imports_of_script(path: Path) -> set[str]:
         names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                  [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
         found |= {n for n in names if n.split(".")[0] in PACKAGES}
+    if "roles.engine_registry" in found and ".converge(" in path.read_text():
+        # Engine.converge imports each engine's deploy module by the name its declaration holds (deploy.py)
+        from roles.engine_registry import ENGINES
+
+        found |= {e.deploy.partition(":")[0] for e in ENGINES}
     return found
 
 

@@ -106,6 +106,12 @@ def llama_cpp(settings: Settings, p: LlamaCppPlan | None) -> None:
     remove_instances("llama-server", CONFIG_DIR, {i.name for i in p.instances} if p else set())
 
 
+def deploy_engine(settings: Settings, p: LlamaCppPlan | None, host_plan) -> None:
+    """The engine's deploy hook (roles/llama_cpp/engine.py ENGINE.deploy; deploy.py calls it through the registry):
+    the llama_cpp role for `p`. `host_plan` (roles.preflight.HostPlan) is not needed here."""
+    llama_cpp(settings, p)
+
+
 def _build_and_serve(settings: Settings, p: LlamaCppPlan) -> None:
     user, home = settings.base_service_user, settings.base_service_home
     apt.packages(name="build tools", no_recommends=True,

@@ -101,4 +101,5 @@ ENGINE = Engine(
     hub_file=True, hub_sha256=True,
     summary=_summary, table=_table, memory_line=_memory_line, request_logging=_request_logging,
     bench=BENCH,
+    deploy="roles.llama_cpp.deploy:deploy_engine",
 )

@@ -16,6 +16,7 @@ from roles.engines import unit_jinja
 from roles.ops import CURL_RETRY, current_link, instance_config, remove_instances, restart_then_run
 from roles.progress import UV_STEPS, Streamed, watched
 from roles.ray.decide import HEAD_TEMP_DIR as RAY_TEMP_DIR
+from roles.ray.deploy import ray
 from roles.settings import Settings
 from roles.vllm.decide import (CHECK, CONFIG_DIR, CURRENT, INDEX_URL, STAMP, UV, UV_CACHE, VENV_ROOT, WORK, VllmPlan,
                                environment, install_flags)
@@ -98,6 +99,15 @@ def vllm(settings: Settings, p: VllmPlan | None, link=None) -> None:
     if p is not None:
         _serve(settings, p, link)
     remove_instances("vllm", CONFIG_DIR, {i.name for i in p.instances} if p and p.serves else set())
+
+
+def deploy_engine(settings: Settings, p: VllmPlan | None, host_plan) -> None:
+    """The engine's deploy hook (roles/vllm/engine.py ENGINE.deploy; deploy.py calls it through the registry): the
+    hash-locked venv, then the node's Ray unit of `host_plan.ray` (roles.preflight.HostPlan; Ray runs from that venv
+    and restarts when it changed), then the vllm@NAME units, which a cluster head starts after ray-head."""
+    venv = vllm_venv(settings, p)
+    ray(settings, host_plan.ray, venv)
+    vllm(settings, p, venv)
 
 
 def _serve(settings: Settings, p: VllmPlan, link) -> None:

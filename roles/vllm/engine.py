@@ -107,4 +107,5 @@ ENGINE = Engine(
     hub_file=False, hub_sha256=False,
     summary=_summary, table=_table, memory_line=_memory_line, request_logging=_request_logging,
     bench=BENCH,
+    deploy="roles.vllm.deploy:deploy_engine",
 )
