@@ -153,9 +153,13 @@ def problems(settings: Settings, taken_ports: dict[int, str]) -> list[str]:
 
 
 def taken_ports(settings: Settings) -> dict[int, str]:
-    """port -> unit of every engine instance on the host, and Ray's ports when the host is a cluster node."""
-    ports = {i.port: f"llama-server@{n}" for n, i in settings.llama_cpp_instances.items()}
-    ports.update({i.port: f"vllm@{n}" for n, i in settings.vllm_instances.items()})
+    """port -> unit of every engine instance on the host (each registered engine's `ports`), and Ray's ports when
+    the host is a cluster node."""
+    from roles.engines import registered  # the registry imports the engines, which import the settings
+
+    ports = {}
+    for engine in registered():
+        ports.update(engine.ports(settings))
     if settings.ray_cluster:
         ports.update({p: "Ray" for p in range(settings.ray_port, settings.ray_port + 7)})
     return ports
