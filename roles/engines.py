@@ -125,6 +125,9 @@ class Engine:
     deploy: str
     doctor: Callable[[Any, dict], list] = field(default=lambda plan, evidence: [])
     evidence: Callable[[Any, Any], dict] = field(default=lambda host, plan: {})
+    #: quant_fix(quant_method, bits, (major, minor) compute capability) -> the words that offer this engine for a
+    #: checkpoint another engine refuses (None: it cannot run it either); read by the other engines' refusals
+    quant_fix: Callable[[str, int | None, tuple[int, int]], str | None] = field(default=lambda method, bits, cc: None)
 
     def converge(self, host_plan: Any) -> Any:
         """Run the engine's deploy hook (`deploy`) for `host_plan` (roles.preflight.HostPlan): its settings, this
@@ -147,6 +150,13 @@ def registered() -> tuple[Engine, ...]:
     """The registry's engines (roles/engine_registry.py ENGINES), in its order. Imported by name when called: the
     registry imports each engine's package, whose decision modules import this module."""
     return importlib.import_module("roles.engine_registry").ENGINES
+
+
+def quant_fixes(method: str, bits: int | None, cc: tuple[int, int], besides: str) -> list[str]:
+    """The fixes other registered engines (all but the one whose role is `besides`) offer for a checkpoint of
+    `method` ("awq", "gptq", ...) with `bits` weight bits (None: not stated) on compute capability `cc`, in the
+    registry's order ([] when none can run it)."""
+    return [fix for e in registered() if e.role != besides and (fix := e.quant_fix(method, bits, cc))]
 
 
 def engine_of_unit(unit: str) -> Engine | None:

@@ -18,7 +18,7 @@ from typing import Callable
 
 from roles import planner
 from roles.engines import (compute_capability, given_gpus, gpu_count, gpu_memory_mib, network_listener, one_model,
-                           port_clashes)
+                           port_clashes, quant_fixes)
 from roles.secrets import read_api_key
 from roles.nvidia_driver.shapes import GpuInfo
 from roles.ray.decide import RayPlan
@@ -145,8 +145,9 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
         problems.append(problem(f"{key}.model", f"quant_method {method}",
                                 f"Minimum capability: {need[0]}{need[1]}. Current capability: {cap} (vLLM's "
                                 f"{method} kernels need compute capability {need[0]}.{need[1]}; docs/volta.md §4)",
-                                "use a GPTQ build of the model (works on 6.0+) or an fp16 one, or llama.cpp with a "
-                                "GGUF quant (Q4_K_M)"))
+                                "; or ".join(["use a GPTQ build of the model (works on 6.0+) or an fp16 one, or "
+                                              "llama.cpp with a GGUF quant (Q4_K_M)",
+                                              *quant_fixes(method, quant.get("bits"), cc, besides="vllm")])))
     elif method and method not in QUANT_MIN_CAPABILITY:
         problems.append(problem(f"{key}.model", f"quant_method {method}", "unknown to the toolkit's Volta table",
                                 "use an fp16 or GPTQ build, or add the method to QUANT_MIN_CAPABILITY with a source"))
