@@ -3,4 +3,4 @@ both the settings model (roles/settings.py, each roles.NAME.settings SETTINGS) a
 (roles/engine_registry.py, each roles.NAME.engine ENGINE) read. Adding an engine is adding its name here.
 Imports nothing, so neither reader loops through the other."""
 
-ENGINE_PACKAGES: tuple[str, ...] = ("llama_cpp", "vllm")
+ENGINE_PACKAGES: tuple[str, ...] = ("llama_cpp", "vllm", "lmdeploy")

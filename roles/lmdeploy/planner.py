@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from roles.settings import problem
+from roles.settings_base import problem
 
 DEFAULT_CACHE_MAX_ENTRY_COUNT = 0.8  # lmdeploy/messages.py:321 (TurbomindEngineConfig)
 DEFAULT_CACHE_BLOCK_SEQ_LEN = 64  # lmdeploy/messages.py:323

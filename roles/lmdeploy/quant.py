@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roles.settings import problem
+from roles.settings_base import problem
 
 #: group sizes TurboMind accepts per format (lmdeploy/turbomind/converter.py _SUPPORTED_GROUP_SIZES, v0.15.0:86-92)
 SUPPORTED_GROUP_SIZES: dict[str, frozenset[int]] = {"awq": frozenset({128}), "gptq": frozenset({128})}

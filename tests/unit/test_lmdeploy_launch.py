@@ -22,3 +22,19 @@ def test_a_missing_or_empty_key_file_stops_the_start(tmp_path, content):
         key.write_text(content)
     with pytest.raises(SystemExit, match=str(key)):
         keyed_argv(["launch.py", str(key), "serve"], str(key))
+
+
+def test_a_credential_name_is_read_under_systemds_credentials_directory(tmp_path, monkeypatch):
+    from roles.lmdeploy.launch import launch_argv
+    (tmp_path / "api-key").write_text("sk-cred-0123456789\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    assert launch_argv(["launch.py", "api-key", "serve", "api_server", "/m"]) == [
+        "launch.py", "serve", "api_server", "/m", "--api-keys", "sk-cred-0123456789"]
+
+
+def test_dash_starts_without_a_key_and_a_named_credential_without_systemds_directory_stops(monkeypatch):
+    from roles.lmdeploy.launch import launch_argv
+    assert launch_argv(["launch.py", "-", "serve", "api_server", "/m"]) == ["launch.py", "serve", "api_server", "/m"]
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    with pytest.raises(SystemExit, match="CREDENTIALS_DIRECTORY"):
+        launch_argv(["launch.py", "api-key", "serve"])

@@ -1,0 +1,350 @@
+"""What the lmdeploy role does on one host, decided from settings and read-only facts before any change: the
+release, the lock for the host's Python, the venv, and per instance the model, its TurboMind format
+(roles/lmdeploy/quant.py), its GPUs, its KV cache plan (roles/lmdeploy/planner.py), the listen address and the API
+key. Pure: no pyinfra import (the contract roles.*.decide).
+
+The venv is /opt/lmdeploy/<version>-py<python>-<hash of the locked requirements and the install flags>, installed
+by the same pinned uv, with the same flags and the same download cache as vLLM's (roles/vllm/decide.py), so that a
+host that has vLLM's torch 2.10.0 cu128 does not download it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from roles import planner
+from roles.engines import (compute_capability, given_gpus, gpu_count, network_listener, one_model, outside_use,
+                           port_clashes, usable_mib)
+from roles.lmdeploy.flags import ServeArgs, serve_argv
+from roles.lmdeploy.planner import KvPlan, KvShape, plan_kv
+from roles.lmdeploy.quant import TurbomindFormat, turbomind_format
+from roles.lmdeploy.versions import LMDEPLOY_RELEASES, LOCK_DIR, LmdeployRelease
+from roles.nvidia_driver.shapes import GpuInfo
+from roles.secrets import read_api_key
+from roles.settings import problem
+from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
+from roles.vllm.decide import INSTALL_FLAGS, UV, UV_CACHE, install_flags, lock_digest, model_files  # noqa: F401
+from roles.vllm.versions import TORCH_SM70
+
+UNIT = "lmdeploy"
+VENV_ROOT = "/opt/lmdeploy"
+CURRENT = f"{VENV_ROOT}/current"
+WORK = "/var/lib/v100kit/lmdeploy"  # uv's install logs (root only)
+STAMP = ".v100kit-venv.json"
+CHECK = f"{VENV_ROOT}/check_venv.py"
+#: the key-file launcher (roles/lmdeploy/launch.py), run by the venv's python
+LAUNCHER = f"{VENV_ROOT}/launch.py"
+CONFIG_DIR = "/etc/lmdeploy"
+#: the systemd credential the unit loads from CONFIG_DIR/NAME.key.env (LoadCredential=); the launcher reads it
+#: under $CREDENTIALS_DIRECTORY
+CREDENTIAL = "api-key"
+#: TurboMind runs from compute capability 7.0 (CMakeLists.txt:239-241 at v0.15.0: 70-real; docs/en/quantization/
+#: w4a16.md: V100 sm70); nothing below is built
+MIN_CAPABILITY = (7, 0)
+#: session_len when unset: the model's max_position_embeddings, at most this (vLLM's max_model_len default)
+DEFAULT_SESSION_CAP = 8192
+#: A process that has loaded torch and TurboMind holds about this much outside the weights and the KV region
+#: before the first request (the CUDA context with torch's kernels: vLLM's figure, roles/planner/units.py). (M)
+CUDA_CONTEXT_BYTES = planner.VLLM_CUDA_CONTEXT_BYTES
+MIB = 1 << 20
+
+#: the flags a setting owns: flag -> the setting to use (flags.py serve_argv renders them)
+OWNED_FLAGS = {"--backend": "(always turbomind)", "--model-format": "(from config.json quantization_config)",
+               "--model-name": "served_model_name", "--server-name": "listen", "--server-port": "port",
+               "--tp": "tp", "--session-len": "session_len", "--cache-max-entry-count": "cache_max_entry_count",
+               "--cache-block-seq-len": "cache_block_seq_len", "--quant-policy": "quant_policy",
+               "--dtype": "(always float16 on Volta)", "--max-batch-size": "max_batch_size"}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The plan of one instance on each of its tp GPUs (bytes unless said). gpu_mib: usable MiB of the smallest GPU
+    of its group; outside_mib: MiB of it in use by processes outside v100kit (0 with allow_gpu_in_use);
+    weight_bytes: one rank's share of the weights; cuda_context_bytes: the process outside weights and KV;
+    free_bytes: what cudaMemGetInfo returns at engine creation (turbomind.cc:291-301: the smallest over the group);
+    kv: TurboMind's KV region and blocks (roles/lmdeploy/planner.py plan_kv)."""
+
+    gpus: int
+    gpu_mib: int
+    outside_mib: int
+    weight_bytes: int
+    cuda_context_bytes: int
+    free_bytes: int
+    kv: KvPlan
+    block_len: int
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes one token of context takes on one rank (one block's bytes / its tokens)."""
+        return self.kv.block_bytes / self.block_len
+
+    @property
+    def claim_bytes(self) -> int:
+        """What the instance holds on each GPU of its group: weights, CUDA context and the KV region. TurboMind's
+        runtime buffers come out of the (1 - cache_max_entry_count) share that is left (not modelled)."""
+        return self.weight_bytes + self.cuda_context_bytes + self.kv.cache_bytes
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One lmdeploy@NAME: its settings, the model directory on the host and the files to copy there (() for
+    model_path), the TurboMind format, the session length rendered, the API key (None: none) and the memory plan
+    (None: the model could not be read)."""
+
+    name: str
+    settings: Any  # LmdeployInstance
+    model_path: str
+    model_files: tuple[tuple[str, str], ...]
+    fmt: TurbomindFormat
+    session_len: int
+    api_key: str | None = field(repr=False)
+    memory: Memory | None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LmdeployPlan:
+    """What the role does on one host: release, host Python, lock, venv and instances."""
+
+    release: LmdeployRelease
+    python: str
+    lock: Path
+    lock_sha256: str
+    gpu_visible: bool
+    instances: tuple[Instance, ...]
+
+    @property
+    def venv(self) -> str:
+        """/opt/lmdeploy/<version>-py<python>-<hash of the locked requirements and INSTALL_FLAGS>."""
+        recipe = hashlib.sha256(json.dumps([self.lock_sha256, INSTALL_FLAGS]).encode()).hexdigest()
+        return f"{VENV_ROOT}/{self.release.version}-py{self.python}-{recipe[:8]}"
+
+
+def release(settings) -> tuple[LmdeployRelease | None, list[str]]:
+    """lmdeploy_version's entry of LMDEPLOY_RELEASES: (release, []) or (None, one problem)."""
+    found = LMDEPLOY_RELEASES.get(settings.lmdeploy_version)
+    if found is None:
+        return None, [problem("lmdeploy_version", settings.lmdeploy_version, "not a release the toolkit has locked and "
+                              "checked for sm_70 (roles/lmdeploy/versions.py)",
+                              f"choose one of {', '.join(LMDEPLOY_RELEASES)}")]
+    return found, []
+
+
+def host_problems(settings, rel: LmdeployRelease, host_python: str | None,
+                  driver_version: str | None) -> list[str]:
+    """The host Python must exist and have a lock; the release's torch must have sm_70 kernels (TORCH_SM70) and run
+    on the pinned driver (CUDA_MINOR_COMPAT_MIN_DRIVER; None: no driver plan, not checked)."""
+    if host_python is None:
+        return [problem("lmdeploy_python", settings.lmdeploy_python, "no such Python executable on the host",
+                        f"install python3, or point lmdeploy_python at a Python {' or '.join(rel.pythons)}")]
+    problems = []
+    if host_python not in rel.pythons:
+        problems.append(problem("lmdeploy_python", settings.lmdeploy_python, f"Python {host_python} has no lock for "
+                                f"LMDeploy {rel.version} (files/lmdeploy: Python {', '.join(rel.pythons)})",
+                                f"point lmdeploy_python at a Python {' or '.join(rel.pythons)}"))
+    if not TORCH_SM70.get((rel.torch.rsplit(".", 1)[0], rel.torch_cuda)):
+        problems.append(problem("lmdeploy_version", rel.version, f"its torch {rel.torch} (CUDA {rel.torch_cuda}) has "
+                                "no sm_70 kernels", f"choose one of {', '.join(LMDEPLOY_RELEASES)}"))
+    floor = CUDA_MINOR_COMPAT_MIN_DRIVER.get(int(rel.torch_cuda.split(".")[0]))
+    if driver_version and floor and version_tuple(driver_version) < version_tuple(floor):
+        problems.append(problem("lmdeploy_version", rel.version, f"torch {rel.torch} is built with CUDA "
+                                f"{rel.torch_cuda}, which needs driver {CUDA_MIN_DRIVER.get(rel.torch_cuda, floor)} "
+                                f"(at least {floor} with minor-version compatibility); the pin is {driver_version}",
+                                "pin a newer driver (nvidia_driver_version)"))
+    return problems
+
+
+def lock(rel: LmdeployRelease, host_python: str) -> tuple[Path, str, list[str]]:
+    """The lock file for the host's Python (files/lmdeploy/) and its lock_digest: (path, digest, problems)."""
+    path = rel.lock_file(host_python if host_python in rel.pythons else rel.pythons[0])
+    try:
+        return path, lock_digest(path.read_text()), []
+    except (OSError, UnicodeDecodeError):
+        return path, "", [problem("lmdeploy_version", rel.version, f"no readable lock file {path.name} in {LOCK_DIR}",
+                                  "run tools/lock_lmdeploy.py")]
+
+
+def model(key: str, inst, name: str, home: str, host_model: Callable[[str], dict | None]):
+    """(model_path on the host, files to copy, config.json dict or None, HfModel or None, problems) of one instance:
+    a model_source directory is read here (planner.read_hf) and copied to HOME/models/lmdeploy-NAME (its own
+    directory: a vLLM instance of the same name has HOME/models/NAME); a model_path is read on the host
+    (`host_model`: the HfModelDir fact)."""
+    if more := one_model(key, inst, "set model_path (a directory on the host) or model_source (one here)"):
+        return inst.model_path or "", (), None, None, more
+    if inst.model_source:
+        source = Path(inst.model_source).expanduser()
+        try:
+            if not source.is_dir():
+                raise ValueError("not a directory")
+            config = json.loads((source / "config.json").read_text())
+            hf = planner.read_hf(source)
+        except (OSError, ValueError) as e:
+            return "", (), None, None, [problem(f"{key}.model_source", inst.model_source, f"not a readable Hugging "
+                                                f"Face model directory ({e})", "give a directory with config.json, "
+                                                "*.safetensors and the tokenizer files")]
+        return f"{home}/models/{UNIT}-{name}", model_files(source), config, hf, []
+    found = host_model(inst.model_path)
+    if not found or found["config"] is None:
+        return inst.model_path, (), None, None, [problem(
+            f"{key}.model_path", inst.model_path, "no readable config.json (a JSON object) there on the host",
+            "copy the model directory there, or use model_source")]
+    try:
+        hf = planner.hf_model_from_config(found["config"], found["safetensors_bytes"], f"{inst.model_path}/config.json")
+    except ValueError as e:
+        return inst.model_path, (), None, None, [problem(f"{key}.model_path", inst.model_path, str(e),
+                                                         "fix the model's config.json")]
+    return inst.model_path, (), found["config"], hf, []
+
+
+def memory(key: str, inst, hf: planner.HfModel, shape: KvShape, session_len: int,
+           group: list[GpuInfo], fallback_mib: int) -> tuple[Memory, list[str]]:
+    """TurboMind's KV plan for one instance on its tensor-parallel group `group` (its first tp GPUs; [] before a
+    driver answers: GPUs of `fallback_mib`): each rank loads its share of the weights, then the group's smallest
+    free memory (cudaMemGetInfo; turbomind.cc:291-301) times cache_max_entry_count is the KV region. Memory in use by
+    processes outside v100kit is not free (unless allow_gpu_in_use). Returns (Memory, problems)."""
+    tp = inst.tp
+    weights = -(-hf.weight_bytes // tp)
+    frees = []
+    for g in group or [None]:
+        total = fallback_mib if g is None else usable_mib(g)
+        outside = 0 if g is None or inst.allow_gpu_in_use else outside_use(g)[0]
+        frees.append((total, outside))
+    gpu_mib, outside_mib = min(frees, key=lambda f: f[0] - f[1])
+    free = (gpu_mib - outside_mib) * MIB - weights - CUDA_CONTEXT_BYTES
+    kv = plan_kv(free, shape, session_len=session_len, tp=tp, cache_max_entry_count=inst.cache_max_entry_count,
+                 cache_block_seq_len=inst.cache_block_seq_len, quant_policy=inst.quant_policy, key=key)
+    mem = Memory(tp, gpu_mib, outside_mib, weights, CUDA_CONTEXT_BYTES, free, kv, inst.cache_block_seq_len)
+    if free <= 0:
+        return mem, [problem(f"{key}.tp", tp, f"one rank's weights ({weights / MIB:.0f} MiB) and the CUDA context "
+                             f"(~{CUDA_CONTEXT_BYTES / MIB:.0f} MiB) do not fit in {gpu_mib - outside_mib} MiB "
+                             "free on the smallest GPU of the group", "spread the model over more GPUs (tp), or use "
+                             "a 4-bit AWQ/GPTQ build of it")]
+    return mem, list(kv.problems)
+
+
+def extra_args_problems(key: str, args: list[str]) -> list[str]:
+    """A flag of extra_args a setting owns, or --api-keys (the key goes through the launcher, never argv): one
+    problem each. `--flag=value` counts as --flag; LMDeploy's argparse does not read `_` as `-`."""
+    problems = []
+    for word in args:
+        flag = word.split("=", 1)[0]
+        if flag in OWNED_FLAGS:
+            problems.append(problem(f"{key}.extra_args", word, "set by the toolkit", f"use the setting "
+                                    f"{OWNED_FLAGS[flag]}" if not OWNED_FLAGS[flag].startswith("(") else
+                                    f"remove it {OWNED_FLAGS[flag]}"))
+        elif flag == "--api-keys":
+            problems.append(problem(f"{key}.extra_args", word, "a key on the command line is readable by every "
+                                    "local user (/proc/PID/cmdline)", "set api_key_file"))
+    return problems
+
+
+def instance(name: str, inst, settings, gpus: list[GpuInfo],
+             host_model: Callable[[str], dict | None]) -> tuple[Instance, list[str]]:
+    """One lmdeploy@NAME: (Instance, problems) for its GPUs, listen address, API key, extra_args and model (the
+    TurboMind format from config.json, then the KV plan on its tp GPUs)."""
+    key = f"lmdeploy_instances.{name}"
+    n_gpus = gpu_count(settings, gpus)
+    visible = len(inst.gpus or range(n_gpus))
+    group = given_gpus(settings, gpus, inst.gpus)[:inst.tp]
+    cc = compute_capability(settings, group)
+    problems = []
+    if inst.gpus and max(inst.gpus) >= n_gpus:
+        problems.append(problem(f"{key}.gpus", inst.gpus, f"this host has GPUs 0..{n_gpus - 1}"
+                                + ("" if gpus else " (gpu_count; no driver answers yet)"),
+                                "list existing GPU indices, or leave gpus unset"))
+    if inst.tp > visible:
+        problems.append(problem(f"{key}.tp", inst.tp, f"tensor parallel needs one GPU per rank; the instance sees "
+                                f"{visible}", f"set tp to at most {visible}, or add GPUs"))
+    if cc < MIN_CAPABILITY:
+        problems.append(problem(f"{key}.gpus", inst.gpus, f"TurboMind is built for compute capability 7.0 and up; "
+                                f"this GPU has {cc[0]}.{cc[1]}", "serve the model with llama.cpp (GGUF)"))
+    # LMDeploy's AuthenticationMiddleware guards its API routes; /health and the docs answer anyone
+    # (serve/openai/api_server.py, v0.15.0)
+    problems += network_listener(key, inst.listen, bool(inst.expose_to_network and inst.api_key_file),
+                                 "LMDeploy without an API key answers anyone on the network",
+                                 "listen on 127.0.0.1 behind a proxy that authenticates, or set api_key_file and "
+                                 "expose_to_network: true")
+    api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
+    problems += more + extra_args_problems(key, inst.extra_args)
+    model_path, files_, config, hf, more = model(key, inst, name, settings.base_service_home, host_model)
+    problems += more
+    fmt, mem, session_len = TurbomindFormat(None), None, inst.session_len or DEFAULT_SESSION_CAP
+    if config is not None and hf is not None:
+        found, more = turbomind_format(config, f"{key}.model_{'source' if inst.model_source else 'path'}")
+        problems += more
+        fmt = found or fmt
+        session_len = inst.session_len or min(hf.max_position_embeddings or DEFAULT_SESSION_CAP, DEFAULT_SESSION_CAP)
+        try:
+            shape = KvShape.from_config(config)
+        except (KeyError, TypeError, ValueError) as e:
+            shape, more = None, [problem(f"{key}.model", model_path, f"config.json lacks {e}", "fix the config.json")]
+            problems += more
+        if shape is not None and shape.kv_heads % inst.tp:
+            problems.append(problem(f"{key}.tp", inst.tp, f"the model's {shape.kv_heads} KV heads do not split "
+                                    "evenly over the ranks", "choose a tp that divides the KV heads"))
+        elif shape is not None and found is not None and inst.tp <= visible:
+            mem, more = memory(key, inst, hf, shape, session_len, group, settings.gpu_memory_mib)
+            problems += more
+    return Instance(name, inst, model_path, files_, fmt, session_len, api_key, mem), problems
+
+
+def plan(settings, host_python: str | None, gpus: list[GpuInfo], driver_version: str | None,
+         host_model: Callable[[str], dict | None], taken_ports: dict[int, str]) -> tuple[LmdeployPlan | None,
+                                                                                          list[str]]:
+    """Resolve release, lock and instances for one host; (None, []) without an lmdeploy instance.
+
+    host_python: "3.13" (the PythonVersion fact of lmdeploy_python) or None; gpus: the NvidiaGpus fact; driver_version:
+    the pinned driver (None: not planned); host_model(path): the HfModelDir fact; taken_ports: {port: unit} of the
+    engines planned before. Never raises for bad input: (plan, problems), the plan None whenever there is one."""
+    if not settings.lmdeploy_instances:
+        return None, release(settings)[1]
+    rel, problems = release(settings)
+    if rel is None:
+        return None, problems
+    problems = host_problems(settings, rel, host_python, driver_version)
+    if host_python is None:
+        return None, problems
+    lock_path, lock_sha, more = lock(rel, host_python)
+    problems += more
+    items = sorted(settings.lmdeploy_instances.items())
+    clashes = port_clashes("lmdeploy_instances", ((n, i.port) for n, i in items), lambda n: f"{UNIT}@{n}",
+                           taken_ports)
+    instances = []
+    for name, inst in items:
+        resolved, more = instance(name, inst, settings, gpus, host_model)
+        problems += clashes[name] + more
+        instances.append(resolved)
+    if problems:
+        return None, problems
+    return LmdeployPlan(rel, host_python, lock_path, lock_sha, bool(gpus), tuple(instances)), []
+
+
+def serve_args(inst: Instance) -> list[str]:
+    """The words after `lmdeploy` for one instance (flags.py serve_argv, then extra_args); no key among them."""
+    s = inst.settings
+    return serve_argv(ServeArgs(inst.model_path, s.served_model_name or inst.name, s.listen, s.port, inst.session_len,
+                                inst.fmt, s.tp, s.cache_max_entry_count, s.cache_block_seq_len, s.quant_policy,
+                                s.max_batch_size)) + list(s.extra_args)
+
+
+def environment(p: LmdeployPlan, inst: Instance) -> str:
+    """The instance's EnvironmentFile text: LMDEPLOY_ARGS (the words of serve_args, shell-quoted; systemd splits
+    $LMDEPLOY_ARGS on whitespace), LMDEPLOY_KEY (the credential the launcher reads, or '-': no key) and, with a
+    gpus setting, the GPUs in nvidia-smi's order."""
+    env = {"LMDEPLOY_ARGS": " ".join(shlex.quote(a) for a in serve_args(inst)),
+           "LMDEPLOY_KEY": CREDENTIAL if inst.api_key else "-"}
+    if inst.settings.gpus:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.settings.gpus)
+    return "".join(f"{k}={v}\n" for k, v in env.items())
+
+
+def key_file_text(inst: Instance) -> str:
+    """What CONFIG_DIR/NAME.key.env holds (0600 root; LoadCredential hands it to the service): the key alone on one
+    line, or nothing for an instance without a key (LoadCredential needs the file; the launcher is told '-')."""
+    return f"{inst.api_key}\n" if inst.api_key else ""

@@ -1,0 +1,59 @@
+"""roles/lmdeploy/engine.py: the declaration the registry will list, and its hooks on a decided plan."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from lab.models import write_tiny_hf
+from roles.engines import Engine, PlanInputs
+from roles.lmdeploy.engine import ENGINE
+from tests.plan.lmdeploy_deploy_settings import settings_of
+
+
+def test_every_field_of_the_engine_interface_is_declared():
+    declared = {f.name for f in dataclasses.fields(Engine)}
+    assert all(getattr(ENGINE, name) is not None for name in declared - {"doctor", "evidence"})
+    assert (ENGINE.name, ENGINE.role, ENGINE.key, ENGINE.unit, ENGINE.config_dir) == (
+        "lmdeploy", "lmdeploy", "lmdeploy_instances", "lmdeploy", "/etc/lmdeploy")
+    assert ENGINE.unit_of("q") == "lmdeploy@q" and ENGINE.key_file("q") == "/etc/lmdeploy/q.key.env"
+
+
+def test_hooks_on_a_plan(tmp_path):
+    model = write_tiny_hf(tmp_path / "m", config={"quantization_config": {"quant_method": "awq", "bits": 4,
+                                                                          "group_size": 128, "version": "gemm"}})
+    s = settings_of({"gpu_count": 2, "lmdeploy_instances": {"q": {"model_source": str(model), "port": 23400,
+                                                                  "gpus": [1], "served_model_name": "qwen"}}})
+    p, problems = ENGINE.plan(PlanInputs(s, [], [], None, None, {23400: "vllm@x"}, lambda cls, **kw: "3.13"))
+    assert p is None and "lmdeploy_instances.q.port = 23400" in problems[0] and "vllm@x already uses it" in problems[0]
+    p, problems = ENGINE.plan(PlanInputs(s, [], [], None, None, {}, lambda cls, **kw: "3.13"))
+    assert problems == []
+    inst = ENGINE.served(p)[0]
+    assert ENGINE.ports(s) == {23400: "lmdeploy@q"}
+    claims = ENGINE.claims(p, {0: s.gpu_memory_mib, 1: s.gpu_memory_mib})
+    assert list(claims) == [1] and claims[1] == [("lmdeploy@q", inst.memory.claim_bytes)]
+    assert ENGINE.bench.model_name(inst) == "qwen" and ENGINE.bench.n_gpu_layers(inst) == 0
+    assert ENGINE.bench.request_limit(inst) == (inst.session_len, "session_len")
+    env = ENGINE.environment(p, inst)
+    assert "CUDA_VISIBLE_DEVICES=1\n" in env and "LMDEPLOY_KEY=-\n" in env
+    top, rows = ENGINE.summary(None, p, None)
+    assert top["lmdeploy"]["version"] == "0.15.0" and rows["lmdeploy@q"]["model_format"] == "awq"
+    line = ENGINE.memory_line("lmdeploy@q", rows["lmdeploy@q"], rows["lmdeploy@q"]["plan"])
+    assert line.startswith("   lmdeploy@q: FITS on 1 GPU(s), TurboMind awq")
+    assert ENGINE.table(top)[0].startswith("   LMDeploy 0.15.0 (TurboMind engine, Python 3.13)")
+
+
+def test_a_vllm_refusal_of_awq_on_volta_names_lmdeploy_and_only_where_turbomind_runs_it():
+    """vLLM's own refusal (its AWQ kernels need 7.5: "Minimum capability: 75. Current capability: 70", vllm#4202)
+    offers the registered engines that can run the checkpoint: LMDeploy for 4-bit AWQ, nothing more for 8-bit."""
+    from roles.vllm.decide import model_problems
+    from roles.vllm.settings import VllmInstance
+    from roles.vllm.versions import DEFAULT_VERSION, VLLM_RELEASES
+
+    inst, rel = VllmInstance(model_path="/srv/m"), VLLM_RELEASES[DEFAULT_VERSION]
+    awq4 = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+    [why] = model_problems("vllm_instances.m", inst, awq4, (7, 0), rel)
+    assert "Minimum capability: 75. Current capability: 70" in why and "LMDeploy's TurboMind" in why
+    assert "lmdeploy_instances" in why
+    awq8 = {"quantization_config": {"quant_method": "awq", "bits": 8}}
+    [why] = model_problems("vllm_instances.m", inst, awq8, (7, 0), rel)
+    assert "Minimum capability: 75" in why and "LMDeploy" not in why
