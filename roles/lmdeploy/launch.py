@@ -29,8 +29,9 @@ def key_path(key: str) -> str:
 
 
 def keyed_argv(argv: list, key_file: str) -> list:
-    """argv[0] plus the LMDeploy words with `--api-keys KEY...` from key_file appended. Raises SystemExit
-    naming the file when it is missing or holds no key."""
+    """argv[0] plus the LMDeploy words with `--api-keys KEY...` from key_file appended (`--api-keys=KEY` for one key
+    that starts with '-'). Raises SystemExit naming the file when it is missing, holds no key, or holds several keys
+    of which one starts with '-'."""
     try:
         with open(key_file, encoding="utf-8") as f:
             keys = [line.strip() for line in f if line.strip()]
@@ -38,6 +39,13 @@ def keyed_argv(argv: list, key_file: str) -> list:
         raise SystemExit(f"lmdeploy launcher: cannot read the API key file {key_file}: {e.strerror}") from None
     if not keys:
         raise SystemExit(f"lmdeploy launcher: the API key file {key_file} holds no key")
+    if any(k.startswith("-") for k in keys):
+        # argparse reads a word after `--api-keys KEY...` that starts with '-' as an option and stops LMDeploy; one
+        # key can be joined to the flag (`--api-keys=-KEY`), several cannot
+        if len(keys) > 1:
+            raise SystemExit(f"lmdeploy launcher: the API key file {key_file} holds several keys and one starts with "
+                             "'-', which LMDeploy's parser cannot take among several: keep one key, or none with '-'")
+        return [argv[0], *argv[2:], f"--api-keys={keys[0]}"]
     return [argv[0], *argv[2:], "--api-keys", *keys]
 
 

@@ -38,3 +38,30 @@ def test_dash_starts_without_a_key_and_a_named_credential_without_systemds_direc
     monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
     with pytest.raises(SystemExit, match="CREDENTIALS_DIRECTORY"):
         launch_argv(["launch.py", "api-key", "serve"])
+
+
+def _lmdeploys_api_keys(words: list) -> list:
+    """What LMDeploy 0.15.0's parser reads as its keys: `--api-keys` is declared `type=str, nargs='*'`
+    (lmdeploy/cli/utils.py:368-375 at v0.15.0), parsed by Python's argparse."""
+    import argparse
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("model_path")
+    parser.add_argument("--api-keys", type=str, nargs="*", default=None)
+    return parser.parse_args(words).api_keys
+
+
+@pytest.mark.parametrize("key", ["-Ab3_xY9kQ2", "--Zq8-w7e6r5t"])
+def test_a_key_that_starts_with_a_dash_reaches_lmdeploy_as_the_key(tmp_path, key):
+    """secrets.token_urlsafe() starts a key with '-' one time in 64 (API_KEY_RE allows it); argparse reads a word
+    after `--api-keys` that starts with '-' as another option and stops LMDeploy at start."""
+    path = tmp_path / "key"
+    path.write_text(key + "\n")
+    argv = keyed_argv(["launch.py", str(path), "/m"], str(path))
+    assert _lmdeploys_api_keys(argv[1:]) == [key]
+
+
+def test_several_keys_one_of_them_dash_led_stop_the_start_naming_the_file(tmp_path):
+    path = tmp_path / "key"
+    path.write_text("sk-one-0123\n-dash-0123\n")
+    with pytest.raises(SystemExit, match=str(path)):
+        keyed_argv(["launch.py", str(path), "/m"], str(path))
