@@ -229,17 +229,23 @@ def memory(key: str, inst, hf: planner.HfModel, shape: KvShape, session_len: int
 
 def extra_args_problems(key: str, args: list[str]) -> list[str]:
     """A flag of extra_args a setting owns, or --api-keys (the key goes through the launcher, never argv): one
-    problem each. `--flag=value` counts as --flag; LMDeploy's argparse does not read `_` as `-`."""
+    problem each. Read as LMDeploy 0.15.0's parser reads them: `--flag=value` counts as --flag, its
+    FlexibleArgumentParser turns `_` into `-` in a `--` flag's name (lmdeploy/cli/utils.py:829-850), and argparse takes
+    a unique prefix of a long option for it (--ap... is --api-keys: no other option of api_server starts so)."""
     problems = []
     for word in args:
         flag = word.split("=", 1)[0]
+        if flag.startswith("--"):
+            flag = "--" + flag[2:].replace("_", "-")
         if flag in OWNED_FLAGS:
             problems.append(problem(f"{key}.extra_args", word, "set by the toolkit", f"use the setting "
                                     f"{OWNED_FLAGS[flag]}" if not OWNED_FLAGS[flag].startswith("(") else
                                     f"remove it {OWNED_FLAGS[flag]}"))
-        elif flag == "--api-keys":
-            problems.append(problem(f"{key}.extra_args", word, "a key on the command line is readable by every "
-                                    "local user (/proc/PID/cmdline)", "set api_key_file"))
+        elif len(flag) > 3 and "--api-keys".startswith(flag):
+            # the flag alone: a word `--api-keys=KEY` would put the key into the refusal
+            problems.append(problem(f"{key}.extra_args", flag, "LMDeploy reads it as --api-keys, and a key on the "
+                                    "command line is readable by every local user (/proc/PID/cmdline)",
+                                    "set api_key_file"))
     return problems
 
 
