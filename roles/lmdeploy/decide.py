@@ -22,7 +22,7 @@ from roles.engines import (compute_capability, given_gpus, gpu_count, network_li
                            port_clashes, usable_mib)
 from roles.lmdeploy.flags import ServeArgs, serve_argv
 from roles.lmdeploy.planner import KvPlan, KvShape, plan_kv
-from roles.lmdeploy.quant import TurbomindFormat, turbomind_format
+from roles.lmdeploy.quant import TurbomindFormat, architecture_problems, turbomind_format
 from roles.lmdeploy.versions import LMDEPLOY_RELEASES, LOCK_DIR, LmdeployRelease
 from roles.nvidia_driver.shapes import GpuInfo
 from roles.secrets import read_api_key
@@ -282,7 +282,7 @@ def instance(name: str, inst, settings, gpus: list[GpuInfo],
     fmt, mem, session_len = TurbomindFormat(None), None, inst.session_len or DEFAULT_SESSION_CAP
     if config is not None and hf is not None:
         found, more = turbomind_format(config, f"{key}.model_{'source' if inst.model_source else 'path'}")
-        problems += more
+        problems += more + architecture_problems(config, f"{key}.model_{'source' if inst.model_source else 'path'}")
         fmt = found or fmt
         session_len = inst.session_len or min(hf.max_position_embeddings or DEFAULT_SESSION_CAP, DEFAULT_SESSION_CAP)
         try:

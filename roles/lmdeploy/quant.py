@@ -86,3 +86,41 @@ def turbomind_format(config: dict[str, Any], key: str = "lmdeploy_instances.mode
     if problems:
         return None, problems
     return TurbomindFormat(method, 4, group), []
+
+
+#: The architectures (config.json architectures[0]) TurboMind runs: lmdeploy/turbomind/supported_models.py
+#: SUPPORTED_ARCHS at v0.15.0 (lines 7-33). Any other is served by LMDeploy's PyTorch engine, whatever --backend says
+#: (lmdeploy/archs.py autoget_backend; cli/serve.py:231-233), with a warning in the log only.
+SUPPORTED_ARCHS = frozenset({
+    "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "InternS2PreviewForConditionalGeneration",
+    "InternVLChatModel", "InternVLForConditionalGeneration", "InternS1ForConditionalGeneration", "LlamaForCausalLM",
+    "InternLM2ForCausalLM", "InternLM3ForCausalLM", "Glm4MoeLiteForCausalLM", "GptOssForCausalLM",
+    "MixtralForCausalLM"})
+
+
+def architecture(config: dict[str, Any]) -> str | None:
+    """The architecture LMDeploy reads from a parsed config.json (lmdeploy/archs.py get_model_arch, v0.15.0:152-158):
+    architectures[0], else the class of auto_map's AutoModelForCausalLM (top level, then language_config); None."""
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    for where in (config, config.get("language_config")):
+        auto = where.get("auto_map") if isinstance(where, dict) else None
+        if isinstance(auto, dict) and isinstance(auto.get("AutoModelForCausalLM"), str):
+            return auto["AutoModelForCausalLM"].split(".")[-1]
+    return None
+
+
+def architecture_problems(config: dict[str, Any], key: str = "lmdeploy_instances.model") -> list[str]:
+    """[] when TurboMind runs the model's architecture (SUPPORTED_ARCHS; Glm4MoeLite only without a vision_config,
+    supported_models.py:67-69); else one problem naming `key`: LMDeploy would serve it with its PyTorch engine, which
+    the toolkit neither plans nor checks on Volta."""
+    arch = architecture(config)
+    if arch in SUPPORTED_ARCHS and not (arch == "Glm4MoeLiteForCausalLM" and config.get("vision_config") is not None):
+        return []
+    return [problem(key, f"architecture {arch or '(none in config.json)'}", "TurboMind does not run it "
+                    "(lmdeploy/turbomind/supported_models.py SUPPORTED_ARCHS): LMDeploy would serve it with its "
+                    "PyTorch engine instead, which v100kit does not plan or check on Volta",
+                    "serve it with vLLM (vllm_instances) or llama.cpp (a GGUF build, llama_cpp_instances), or "
+                    f"choose a model of {', '.join(sorted(SUPPORTED_ARCHS))}")]

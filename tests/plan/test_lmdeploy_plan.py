@@ -194,3 +194,14 @@ def test_without_a_gpu_enabled_not_started_and_a_second_deploy_changes_nothing(t
     changes = [c for c in again if re.match(r"(systemctl (start|restart|enable|stop|daemon-reload)|mkdir |chmod |chown |"
                                             r"ln -sfn|mv |rm |set -e|curl |wget |install |.* -c 'import sys, zipfile)", c)]
     assert uploads == {} and changes == [], changes
+
+
+def test_an_architecture_turbomind_lacks_is_refused_before_any_command(tmp_path):
+    """A Mistral AWQ checkpoint (huggingface.co/solidrust/Mistral-7B-Instruct-v0.3-AWQ: MistralForCausalLM) is not
+    in TurboMind's SUPPORTED_ARCHS (lmdeploy/turbomind/supported_models.py, v0.15.0): LMDeploy would serve it with
+    its PyTorch engine despite --backend turbomind (lmdeploy/archs.py autoget_backend), which nothing here planned."""
+    model = str(write_tiny_hf(tmp_path / "m", config={"quantization_config": AWQ,
+                                                      "architectures": ["MistralForCausalLM"], "model_type": "mistral"}))
+    with pytest.raises(SettingsError) as e:
+        plan({"tiny": {"model_source": model}}, TWO_V100)
+    assert "lmdeploy_instances.tiny.model_source = 'architecture MistralForCausalLM'" in str(e.value)

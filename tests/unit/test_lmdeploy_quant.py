@@ -53,3 +53,22 @@ def test_what_turbomind_asserts_against_is_refused_before_the_host():
 
 def test_a_missing_group_size_means_turbominds_default_128():
     assert turbomind_format({"quantization_config": {**AWQ, "group_size": 0}})[0].group_size == 128
+
+
+def test_an_architecture_turbomind_lacks_is_refused_naming_it():
+    """LMDeploy 0.15.0 serves a model whose architectures[0] is not in TurboMind's SUPPORTED_ARCHS
+    (lmdeploy/turbomind/supported_models.py:7-33) with its PyTorch engine instead, with only a warning
+    (lmdeploy/archs.py autoget_backend:40-48; cli/serve.py:231-233 ignores --backend turbomind for it)."""
+    from roles.lmdeploy.quant import architecture_problems
+
+    # huggingface.co/mistralai/Mistral-7B-Instruct-v0.3 and google/gemma-2-9b-it config.json
+    for arch in ("MistralForCausalLM", "Gemma2ForCausalLM"):
+        problems = architecture_problems({"architectures": [arch]}, "lmdeploy_instances.a.model_path")
+        assert len(problems) == 1 and f"lmdeploy_instances.a.model_path = 'architecture {arch}'" in problems[0]
+        assert "PyTorch engine" in problems[0] and "vllm_instances" in problems[0]
+    # huggingface.co/Qwen/Qwen2.5-7B-Instruct-AWQ, meta-llama/Llama-3.1-8B-Instruct, OpenGVLab/InternVL2_5-8B
+    for arch in ("Qwen2ForCausalLM", "LlamaForCausalLM", "InternVLChatModel"):
+        assert architecture_problems({"architectures": [arch]}) == []
+    # no architectures: LMDeploy reads auto_map's AutoModelForCausalLM (lmdeploy/archs.py get_model_arch:152-158)
+    assert architecture_problems({"auto_map": {"AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"}}) == []
+    assert architecture_problems({}) != []
