@@ -56,9 +56,11 @@ class KvShape:
     def from_config(cls, config: dict[str, Any]) -> KvShape:
         """From a parsed config.json (its text_config/llm_config for vision-language models): num_hidden_layers,
         num_key_value_heads (else num_attention_heads), head_dim (else hidden_size / num_attention_heads).
-        Raises KeyError when a field is missing."""
+        Raises KeyError when a field is missing, ValueError for num_attention_heads below 1."""
         c = _text_config(config)
         heads = int(c["num_attention_heads"])
+        if heads < 1:  # hidden_size / heads below; the caller reports "config.json lacks ..."
+            raise ValueError(f"num_attention_heads of at least 1 (it says {heads})")
         return cls(int(c["num_hidden_layers"]), int(c.get("num_key_value_heads") or heads),
                    int(c.get("head_dim") or c["hidden_size"] // heads))
 

@@ -71,7 +71,11 @@ def turbomind_format(config: dict[str, Any], key: str = "lmdeploy_instances.mode
     if bits != 4:
         problems.append(problem(key, f"{method} bits {bits}", "TurboMind's AWQ and GPTQ kernels are 4-bit "
                                 "(lmdeploy/turbomind/weight_format.py unpacks int4)", fix_other))
-    group = int(qc.get("group_size", qc.get("q_group_size", 0)) or DEFAULT_GROUP_SIZE)
+    raw_group = qc.get("group_size", qc.get("q_group_size", 0))
+    try:
+        group = int(raw_group or DEFAULT_GROUP_SIZE)
+    except (TypeError, ValueError):  # LMDeploy's int() of it fails at start (converter.py get_tm_config)
+        group = raw_group
     if group not in SUPPORTED_GROUP_SIZES[method]:
         problems.append(problem(key, f"{method} group_size {group}", "TurboMind accepts group size "
                                 f"{', '.join(map(str, sorted(SUPPORTED_GROUP_SIZES[method])))} for {method} "

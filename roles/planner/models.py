@@ -376,8 +376,8 @@ def vllm_derived_max_len(config: dict) -> int:
 
 def hf_model_from_config(config: dict, weight_bytes: int, where: str = "config.json") -> HfModel:
     """An HfModel from a parsed config.json and the bytes the weights take on the GPU (`weight_bytes`).
-    Raises ValueError naming `where` when the config is not a JSON object, a key the planner needs is missing, or
-    quantization_config is not an object."""
+    Raises ValueError naming `where` when the config is not a JSON object, a key the planner needs is missing or
+    below 1, or quantization_config is not an object."""
     if not isinstance(config, dict):
         raise ValueError(f"{where}: not a JSON object")
     c = hf_text_config(config)
@@ -385,6 +385,8 @@ def hf_model_from_config(config: dict, weight_bytes: int, where: str = "config.j
     def need(key: str) -> int:
         if c.get(key) is None:
             raise ValueError(f"{where}: no {key}")
+        if int(c[key]) < 1:  # a count or a size: 0 would divide by zero below
+            raise ValueError(f"{where}: {key} is {c[key]}, not a positive number")
         return int(c[key])
 
     n_layers = need("num_hidden_layers")

@@ -79,3 +79,11 @@ def test_values_turbomind_refuses_raise(kwargs):
 def test_vision_language_configs_read_their_text_config():
     cfg = {"text_config": {**QWEN25_7B, "head_dim": 64}}
     assert KvShape.from_config(cfg) == KvShape(28, 4, 64)
+
+
+def test_a_config_with_zero_attention_heads_is_a_value_error_not_a_zero_division():
+    """decide.instance turns KeyError/TypeError/ValueError of KvShape.from_config into a problem line."""
+    import pytest
+    from roles.lmdeploy.planner import KvShape
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        KvShape.from_config({"num_hidden_layers": 2, "num_attention_heads": 0, "hidden_size": 64})

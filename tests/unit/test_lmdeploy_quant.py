@@ -72,3 +72,8 @@ def test_an_architecture_turbomind_lacks_is_refused_naming_it():
     # no architectures: LMDeploy reads auto_map's AutoModelForCausalLM (lmdeploy/archs.py get_model_arch:152-158)
     assert architecture_problems({"auto_map": {"AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"}}) == []
     assert architecture_problems({}) != []
+
+
+def test_a_group_size_that_is_no_number_is_a_problem_not_a_traceback():
+    fmt, problems = turbomind_format({"quantization_config": {**AWQ, "group_size": "abc"}}, "lmdeploy_instances.a.model_path")
+    assert fmt is None and len(problems) == 1 and "lmdeploy_instances.a.model_path = 'awq group_size abc'" in problems[0]

@@ -389,3 +389,12 @@ def test_vllm_structural_refusals(shape_14b: HfModel):
         plan_vllm(model, V100_32GB_MIB, 2, 2, 8192, 1.5)
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         plan_vllm(model, V100_32GB_MIB, 2, 2, 8192, 0.9, "int8")
+
+
+def test_a_config_with_zero_attention_heads_is_a_value_error_naming_the_key_not_a_zero_division():
+    """The roles turn hf_model_from_config's ValueError into a problem line naming the model setting; a
+    ZeroDivisionError was a traceback out of `v100kit plan` and the deploy."""
+    import pytest
+    from roles.planner.models import hf_model_from_config
+    with pytest.raises(ValueError, match="num_attention_heads is 0"):
+        hf_model_from_config({"num_hidden_layers": 2, "num_attention_heads": 0, "hidden_size": 64}, 1, "m/config.json")
