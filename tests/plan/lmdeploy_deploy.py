@@ -1,6 +1,6 @@
-"""A deploy file for the plan-level tests of roles/lmdeploy before the engine is in the registry: the settings model
-composed with the role's SETTINGS mixin, the engine's plan hook with the host's facts (as preflight calls it), then
-the role's deploy hook. Once deploy.py runs the engine, tests/plan/test_lmdeploy_plan.py can use deploy.py instead."""
+"""A deploy file for the plan-level tests of roles/lmdeploy alone: the settings model, the engine's plan hook with
+the host's facts (as preflight calls it), then the role's deploy hook, without the other roles' operations that
+deploy.py adds (the engine is registered: deploy.py runs the same hook through Engine.converge)."""
 
 from pyinfra import host
 

@@ -1,7 +1,7 @@
 """Plan-level tests (facts in, commands out) of roles/lmdeploy on a Debian 13 box (Python 3.13) with two 32 GB V100s,
 and without a GPU: the TurboMind routing of a 4-bit AWQ model, the refusals of what TurboMind cannot run on Volta,
 the KV plan against LMDeploy's own arithmetic, the rendered unit and arguments, and a second deploy that changes
-nothing. Run through tests/plan/lmdeploy_deploy.py (the engine is not in the registry yet)."""
+nothing. Run through tests/plan/lmdeploy_deploy.py (the role's own operations, without the other roles')."""
 
 from __future__ import annotations
 
