@@ -96,7 +96,8 @@ class Engine:
     hostplan) -> ({top-level key: value}, {unit: instance row}) and table(row of the host) -> lines, and
     memory_line(unit, instance row, plan row) -> line: `v100kit plan`; request_logging(plan): (label, words) or
     None; doctor(plan, evidence) -> rows and evidence(host, plan) -> dict: the doctor's rows and what they read;
-    bench: BenchHooks; verify_key_file(inst): the key file `verify` expects (None: no key); deploy: 'MODULE:FUNCTION'
+    bench: BenchHooks; health_path and needs_gpu: what `verify` asks of each instance, and whether only with a GPU;
+    deploy: 'MODULE:FUNCTION'
     of its operations (roles/NAME/deploy.py), FUNCTION(settings, plan or None, host_plan) converging the engine
     (with plan None: removing what an earlier deploy set up), imported only when deploy.py calls `converge`, so
     that reading the registry imports nothing of pyinfra."""
@@ -128,6 +129,11 @@ class Engine:
     #: quant_fix(quant_method, bits, (major, minor) compute capability) -> the words that offer this engine for a
     #: checkpoint another engine refuses (None: it cannot run it either); read by the other engines' refusals
     quant_fix: Callable[[str, int | None, tuple[int, int]], str | None] = field(default=lambda method, bits, cc: None)
+    #: the HTTP path `verify` asks each instance (GET; 200: the model is loaded and the server answers)
+    health_path: str = "/health"
+    #: True where the unit waits for a GPU (ConditionPathExistsGlob=/proc/driver/nvidia/gpus/*): `verify` then asks
+    #: for its health only on a host with a GPU; False for an engine that also serves on the CPU
+    needs_gpu: bool = True
 
     def converge(self, host_plan: Any) -> Any:
         """Run the engine's deploy hook (`deploy`) for `host_plan` (roles.preflight.HostPlan): its settings, this

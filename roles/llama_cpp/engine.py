@@ -102,4 +102,6 @@ ENGINE = Engine(
     summary=_summary, table=_table, memory_line=_memory_line, request_logging=_request_logging,
     bench=BENCH,
     deploy="roles.llama_cpp.deploy:deploy_engine",
+    # llama-server answers /health with 200 once its model is loaded (tools/server/README.md), also on the CPU
+    health_path="/health", needs_gpu=False,
 )

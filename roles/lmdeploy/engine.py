@@ -111,4 +111,6 @@ ENGINE = Engine(
     bench=BENCH,
     deploy="roles.lmdeploy.deploy:deploy_engine",
     quant_fix=_quant_fix,
+    # api_server's GET /health answers 200 (lmdeploy/serve/openai/api_server.py `health`); its unit waits for a GPU
+    health_path="/health", needs_gpu=True,
 )

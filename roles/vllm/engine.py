@@ -108,4 +108,6 @@ ENGINE = Engine(
     summary=_summary, table=_table, memory_line=_memory_line, request_logging=_request_logging,
     bench=BENCH,
     deploy="roles.vllm.deploy:deploy_engine",
+    # the OpenAI server answers /health with 200 once the engine runs; its unit waits for a GPU
+    health_path="/health", needs_gpu=True,
 )

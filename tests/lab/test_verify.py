@@ -26,11 +26,11 @@ MUST_PASS = {"test_driver_packages_at_the_pinned_versions", "test_driver_package
              "test_service_user_is_an_unprivileged_system_user", "test_instance_units_enabled",
              "test_instance_api_keys_root_only"}
 #: checks that must pass on the hosts with llama-server@tiny (lab/data.py llama_hosts) and skip, saying so, on the others
-LLAMA_CHECKS = {"test_llama_server_instances_answer_health"}
+LLAMA_CHECKS = {"test_llama_cpp_instances_answer_health"}
 #: checks that need a GPU: the lab machine has none, so each must skip and say so
 GPU_CHECKS = {"test_driver_module_loaded_at_the_pinned_version", "test_nvidia_smi_sees_every_gpu_on_the_bus",
               "test_compute_capability_is_the_configured_one", "test_persistence_mode_on",
-              "test_vllm_instances_answer_health"}
+              "test_vllm_instances_answer_health", "test_lmdeploy_instances_answer_health"}
 
 
 def results(xml: Path) -> dict[tuple[str, str], tuple[str, str]]:

@@ -70,7 +70,7 @@ def test_testinfra_url_from_pyinfra_host_data():
 
 GPU_CHECKS = {"test_driver_module_loaded_at_the_pinned_version", "test_nvidia_smi_sees_every_gpu_on_the_bus",
               "test_compute_capability_is_the_configured_one", "test_persistence_mode_on",
-              "test_vllm_instances_answer_health"}
+              "test_vllm_instances_answer_health", "test_lmdeploy_instances_answer_health"}
 
 
 def test_suite_against_this_machine_skips_what_it_cannot_see_and_says_why(tmp_path):

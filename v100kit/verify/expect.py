@@ -15,10 +15,12 @@ class Service:
     """One inference instance: its systemd unit, the port it listens on and the address the check asks."""
 
     unit: str  # 'llama-server@tiny' or 'vllm@tiny'
-    engine: str  # 'llama.cpp' or 'vllm'
+    engine: str  # the registered engine's name: 'llama.cpp', 'vllm', 'lmdeploy' (roles/engine_registry.py)
     port: int
     address: str  # where the host itself reaches it: the listen address, loopback for 0.0.0.0
     key_file: str | None  # /etc/<engine>/NAME.key.env when an api_key_file is set, else None
+    health_path: str = "/health"  # what the engine answers 200 on once it serves (Engine.health_path)
+    needs_gpu: bool = True  # the unit waits for a GPU: its health is asked only where one is (Engine.needs_gpu)
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ def services(plan: HostPlan) -> tuple[Service, ...]:
     for engine, p in plan.engine_plans():
         for i in engine.instances(p):
             out.append(Service(engine.unit_of(i.name), engine.name, i.settings.port, _reach(i.settings.listen),
-                               engine.key_file(i.name) if i.api_key else None))
+                               engine.key_file(i.name) if i.api_key else None, engine.health_path,
+                               engine.needs_gpu))
     return tuple(out)
 
 

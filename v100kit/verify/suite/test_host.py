@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from roles.engine_registry import ENGINES
+
 #: PCI class codes of a GPU function (PCI Code and ID Assignment Specification, base class 03h): 0300 VGA-compatible
 #: controller, 0302 3D controller (data-centre GPUs such as the V100 and H200 show as 0302). NVIDIA's vendor ID: 10de.
 GPU_CLASSES = ("0x0300", "0x0302")
@@ -189,23 +191,27 @@ def test_instance_api_keys_root_only(host, target):
 
 
 def health(host, service) -> str:
-    url = f"http://{service.address}:{service.port}/health"
+    url = f"http://{service.address}:{service.port}{service.health_path}"
     return host.run(f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 10 {url}").stdout.strip()
 
 
-def test_llama_server_instances_answer_health(host, target):
-    """llama-server answers /health with 200 once its model is loaded (tools/server/README.md): also on the CPU,
-    so this runs with or without a GPU."""
-    services = need_services(target, "llama.cpp")
-    need_program(host, "curl", "the instances' /health")
-    codes = {s.unit: health(host, s) for s in services}
-    assert set(codes.values()) == {"200"}, codes
+def _health_check(engine):
+    """The check that every `engine` instance (roles/engines.py Engine) answers its health path with 200; on a host
+    without a GPU it skips for an engine whose unit waits for one (Engine.needs_gpu)."""
+    def check(host, target, request):
+        if engine.needs_gpu:  # first, as a fixture would: without a GPU it skips for that reason on every host
+            request.getfixturevalue("gpu")
+        services = need_services(target, engine.name)
+        need_program(host, "curl", "the instances' health")
+        codes = {s.unit: health(host, s) for s in services}
+        assert set(codes.values()) == {"200"}, codes
+    check.__name__ = f"test_{engine.role}_instances_answer_health"
+    check.__doc__ = (f"{engine.name} answers GET {engine.health_path} with 200 once its model is loaded"
+                     + (" (its unit waits for a GPU, so this needs one)." if engine.needs_gpu
+                        else ", also on the CPU: this runs with or without a GPU."))
+    return check
 
 
-def test_vllm_instances_answer_health(host, target, gpu):
-    """vLLM's OpenAI server answers /health with 200 once the engine runs. Its unit waits for a GPU
-    (ConditionPathExistsGlob=/proc/driver/nvidia/gpus/*), so this needs one."""
-    services = need_services(target, "vllm")
-    need_program(host, "curl", "the instances' /health")
-    codes = {s.unit: health(host, s) for s in services}
-    assert set(codes.values()) == {"200"}, codes
+# one health check per registered engine: test_llama_cpp_instances_answer_health, test_vllm_..., test_lmdeploy_...
+for _engine in ENGINES:
+    globals()[f"test_{_engine.role}_instances_answer_health"] = _health_check(_engine)
