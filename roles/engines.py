@@ -64,7 +64,9 @@ class BenchHooks:
     hold or None, the setting's words). model_name(inst): the `model` of its OpenAI requests. roofline(plan, inst,
     memory, tp): (weight bytes read per token, KV bytes per context token) for roles/bench/roofline.py.
     sweep(plan, inst): for --sweep of alternative flags (roles/bench/sweep.py), (server binary, the instance's
-    arguments, the build's -fa style); None where the engine has no sweep."""
+    arguments, the build's -fa style); None where the engine has no sweep. tensor_parallel(inst): the GPUs one
+    instance splits its model over (its tensor-parallel size; 1 for an engine without tensor parallel), handed to
+    roofline as `tp`."""
 
     planned_vram_bytes: Callable[[Any, Any], float | None]
     n_gpu_layers: Callable[[Any], int]
@@ -72,6 +74,7 @@ class BenchHooks:
     model_name: Callable[[Any], str]
     roofline: Callable[[Any, Any, Any, int], tuple[float, float]]
     sweep: Callable[[Any, Any], tuple[str, str, str]] | None = None
+    tensor_parallel: Callable[[Any], int] = field(default=lambda inst: 1)
 
 
 @dataclass(frozen=True)

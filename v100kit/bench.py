@@ -187,7 +187,7 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
     ev = host.get_fact(InstanceEvidence, unit=unit, port=s.port)
     gpus = host.get_fact(NvidiaGpus)
     i.running = ev["main_pid"] > 0
-    tp = getattr(s, "tensor_parallel_size", 1)
+    tp = hooks.tensor_parallel(inst)
     planned = hooks.planned_vram_bytes(plan, inst)
     if planned is not None:
         i.planned_vram_mib = planned / MiB

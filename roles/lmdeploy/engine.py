@@ -81,6 +81,7 @@ BENCH = BenchHooks(
     request_limit=lambda inst: (inst.session_len, "session_len"),
     model_name=lambda inst: inst.settings.served_model_name or inst.name,
     roofline=_roofline,
+    tensor_parallel=lambda inst: inst.settings.tp,
 )
 
 def _quant_fix(method: str, bits: int | None, cc: tuple[int, int]) -> str | None:

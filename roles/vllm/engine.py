@@ -91,6 +91,7 @@ BENCH = BenchHooks(
     request_limit=lambda inst: (getattr(inst.settings, "max_model_len", None), "max_model_len"),
     model_name=lambda inst: getattr(inst.settings, "served_model_name", None) or inst.name,
     roofline=_roofline,
+    tensor_parallel=lambda inst: getattr(inst.settings, "tensor_parallel_size", 1),
 )
 
 ENGINE = Engine(

@@ -57,3 +57,20 @@ def test_a_vllm_refusal_of_awq_on_volta_names_lmdeploy_and_only_where_turbomind_
     awq8 = {"quantization_config": {"quant_method": "awq", "bits": 8}}
     [why] = model_problems("vllm_instances.m", inst, awq8, (7, 0), rel)
     assert "Minimum capability: 75" in why and "LMDeploy" not in why
+
+
+def test_the_bench_reads_the_tensor_parallel_size_from_each_engine_s_own_setting(tmp_path):
+    """LMDeploy's setting is `tp` (`--tp`), vLLM's `tensor_parallel_size`: the bench's roofline gets the one each
+    instance was given, not 1 (it read `tensor_parallel_size` of every engine before)."""
+    from roles.vllm.engine import ENGINE as VLLM
+    from roles.vllm.settings import VllmInstance
+
+    model = write_tiny_hf(tmp_path / "m", config={"num_key_value_heads": 2})  # two KV heads: one per rank
+    s = settings_of({"gpu_count": 2, "lmdeploy_instances": {"q": {"model_source": str(model), "port": 23400,
+                                                                  "gpus": [0, 1], "tp": 2}}})
+    p, problems = ENGINE.plan(PlanInputs(s, [], [], None, None, {}, lambda cls, **kw: "3.13"))
+    assert problems == []
+    [inst] = ENGINE.served(p)
+    assert ENGINE.bench.tensor_parallel(inst) == 2
+    vinst = type("Inst", (), {"settings": VllmInstance(model_path="/srv/m", tensor_parallel_size=2)})()
+    assert VLLM.bench.tensor_parallel(vinst) == 2
