@@ -5,8 +5,10 @@
 Each check gives a state (ok, broken, skipped), the evidence it saw and the fix. The exit status is 1 when any
 check is broken. Nothing on a host is changed. `repair.py` converges a broken host back to the pinned state.
 
-gather.py reads the facts into one DoctorFacts; checks.py judges them (pure: Row, ok, broken, as_dict, one function
-per check); facts.py: the doctor's own facts; repair.py: the repair operations.
+gather.py reads the facts into one DoctorFacts; checks.py judges them (pure: as_dict, one function per check);
+rows.py: the Row (ok, broken) and the venv row engines share; each registered engine's own rows and what they read
+are its Engine.doctor and Engine.evidence (roles/NAME/engine.py); facts.py: the doctor's own facts; repair.py: the
+repair operations.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@ host; gather.py reads the facts."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from roles.doctor.rows import NO_GPU, Row, broken, ok  # noqa: F401 (the rows checks.py has always offered)
 from roles.base.decide import NVIDIA_SOURCE_FILE, managed_repositories, our_source_file, stray_sources
 from roles.engines import IDLE_USED_MIB, describe_outside, outside_use
-from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.nvidia_driver.decide import (BLACKLIST, built_kernels, compute_capability, open_module_packages,
                                         split_driver_packages, upstream)
 from roles.tuning.decide import retired_swapfiles, swap_size_bytes
@@ -26,27 +26,6 @@ if TYPE_CHECKING:
 #: 62/64 internal/ECC page retirement failures, 74 NVLink error, 92 high single-bit ECC rate, 94/95 contained /
 #: uncontained ECC errors.
 SERIOUS_XIDS = {48, 62, 64, 74, 79, 92, 94, 95}
-NO_GPU = "no GPU visible (nvidia-smi)"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One check on one host: state is 'ok', 'broken' or 'skipped'."""
-
-    check: str
-    state: str
-    evidence: str
-    fix: str = ""
-
-
-def ok(check: str, evidence: str) -> Row:
-    """A passed check with what it saw."""
-    return Row(check, "ok", evidence)
-
-
-def broken(check: str, evidence: str, fix: str) -> Row:
-    """A failed check with what it saw and how to fix it."""
-    return Row(check, "broken", evidence, fix)
 
 
 def as_dict(rows: list[Row]) -> list[dict]:
@@ -69,8 +48,7 @@ def diagnose(f: DoctorFacts, plan: HostPlan) -> list[Row]:
         runfile(f.runfile_markers, pin), persistenced(f), persistence_mode(f), *gpu_memory_outside(f), serious_xids(f),
         *hardware_rows(f.hardware, bool(f.gpus)),
         *nvcc_per_toolkit(f.nvcc_releases, plan.toolkits),
-        *llama_cpp_build(f.llama_cpp_current, plan), *llama_servers_on_gpu(f, plan), *vllm_venv(f, plan),
-        *ray_node(f, plan),
+        *engine_rows(f, plan), *ray_node(f, plan),
     ]
 
 
@@ -374,42 +352,8 @@ def nvcc_per_toolkit(releases: dict[str, str | None], toolkits: list[Toolkit]) -
     return rows
 
 
-def llama_cpp_build(target: str | None, plan: HostPlan) -> list[Row]:
-    """The llama.cpp current link points at the planned build; no row without llama.cpp instances."""
-    if not plan.llama_cpp:
-        return []
-    if target == plan.llama_cpp.prefix:
-        return [ok("llama.cpp build in use", target)]
-    return [broken("llama.cpp build in use", f"current -> {target}, settings say {plan.llama_cpp.prefix}",
-                   "run deploy.py")]
-
-
-def llama_servers_on_gpu(f: DoctorFacts, plan: HostPlan) -> list[Row]:
-    """One row per llama-server instance: it serves from the GPU (its log and nvidia-smi, residency.judge).
-    Skipped, saying why, where no GPU answers nvidia-smi; no rows without llama.cpp instances."""
-    if not plan.llama_cpp:
-        return []
-    rows = []
-    for inst in plan.llama_cpp.instances:
-        check = f"llama-server@{inst.name} serves from the GPU"
-        if not f.gpus:
-            rows.append(Row(check, "skipped", f"{NO_GPU}: the server can only run on the CPU here"))
-            continue
-        ev = f.llama_servers.get(inst.name) or {"log": [], "main_pid": 0, "compute_apps": []}
-        verdict = judge(ev["log"], ev["main_pid"], parse_compute_apps(ev["compute_apps"]), inst.n_gpu_layers)
-        rows.append(ok(check, verdict.evidence) if verdict.on_gpu else
-                    broken(check, verdict.evidence, f"run repair.py if the driver is broken, then deploy.py; "
-                           f"`journalctl -u llama-server@{inst.name}` shows the server's own log"))
-    return rows
-
-
-def vllm_venv(f: DoctorFacts, plan: HostPlan) -> list[Row]:
-    """vLLM's current link points at the planned venv, which was installed and checked (its stamp); no row without
-    vLLM instances."""
-    if not plan.vllm:
-        return []
-    target, stamped = f.vllm_current, f.vllm_stamped
-    if target == plan.vllm.venv and stamped:
-        return [ok("vLLM venv in use", f"{target} (checked at install)")]
-    return [broken("vLLM venv in use", f"current -> {target}, settings say {plan.vllm.venv}"
-                   f"{'' if stamped else ' (not installed and checked)'}", "run deploy.py")]
+def engine_rows(f: DoctorFacts, plan: HostPlan) -> list[Row]:
+    """Each registered engine's own rows (Engine.doctor: llama.cpp's build and servers on the GPU, vLLM's and
+    LMDeploy's venv), from the evidence its Engine.evidence read (f.engines), in the registry's order; none for an
+    engine without a plan here."""
+    return [row for engine, p in plan.engine_plans() for row in engine.doctor(p, f.engines.get(engine.role, {}))]

@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pyinfra.api.host import Host
-from pyinfra.facts.files import File, Link
+from pyinfra.facts.files import File
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from roles.llama_cpp.decide import CURRENT as LLAMA_CPP_CURRENT
-from roles.llama_cpp.facts import ServerEvidence
 from roles.vllm import decide as vllm
 from roles.doctor.facts import (DpkgAudit, KernelXid, ModprobeConfig, NvccRelease, NvidiaProcVersion, PendingUpgrades,
                                 RunfileMarkers, UnattendedNotBlocked, XidEvent)
@@ -53,11 +51,9 @@ class DoctorFacts:
     persistenced_active: bool | None  # SystemdStatus of nvidia-persistenced.service
     xids: list[XidEvent]  # this boot's Xid events (read only when a GPU is visible, else [])
     nvcc_releases: dict[str, str | None]  # {toolkit version: release its nvcc reports, None: missing}
-    llama_cpp_current: str | None  # target of the llama.cpp current link (None: no llama.cpp planned or no link)
-    vllm_current: str | None  # target of vllm.CURRENT (None: no vLLM planned or no link)
-    vllm_stamped: bool  # the planned venv carries vllm.STAMP (False: no vLLM planned)
-    #: {instance name: ServerEvidence of llama-server@NAME}, read only where a GPU is visible ({} otherwise)
-    llama_servers: dict[str, dict] = field(default_factory=dict)
+    #: {engine role: what its Engine.evidence read} for each engine planned here (llama.cpp: its current link and,
+    #: where a GPU is visible, each llama-server's ServerEvidence; vLLM, LMDeploy: the venv link and stamp)
+    engines: dict[str, dict] = field(default_factory=dict)
     #: a Ray cluster's node: whether its unit runs (SystemdStatus) and the alive nodes' addresses the cluster lists
     #: (RayAliveNodes; None: Ray could not be asked); both None without a cluster
     ray_unit_active: bool | None = None
@@ -96,20 +92,12 @@ def gather(host: Host, plan: HostPlan) -> DoctorFacts:
         persistenced_active=host.get_fact(SystemdStatus).get("nvidia-persistenced.service"),
         xids=host.get_fact(KernelXid) if gpus else [],
         nvcc_releases={tk.version: host.get_fact(NvccRelease, nvcc=tk.nvcc) for tk in plan.toolkits},
-        llama_cpp_current=_link_target(host, LLAMA_CPP_CURRENT) if plan.llama_cpp else None,
-        vllm_current=_link_target(host, vllm.CURRENT) if plan.vllm else None,
-        vllm_stamped=bool(plan.vllm) and bool(host.get_fact(File, path=f"{plan.vllm.venv}/{vllm.STAMP}")),
-        llama_servers={i.name: host.get_fact(ServerEvidence, unit=f"llama-server@{i.name}")
-                       for i in plan.llama_cpp.instances} if plan.llama_cpp and gpus else {},
+        engines={engine.role: engine.evidence(host, p) for engine, p in plan.engine_plans()},
         ray_unit_active=host.get_fact(SystemdStatus).get(f"{plan.ray.unit}.service") if plan.ray else None,
         ray_alive=host.get_fact(RayAliveNodes, python=f"{vllm.CURRENT}/bin/python", gcs_address=plan.ray.gcs_address,
                                 user=plan.settings.base_service_user) if plan.ray and plan.ray.head_address else None,
         hardware=host.get_fact(GpuHardware) if gpus else [],
     )
-
-
-def _link_target(host: Host, path: str) -> str | None:
-    return (host.get_fact(Link, path=path) or {}).get("link_target")
 
 
 def _swap(host: Host, path: str) -> dict:

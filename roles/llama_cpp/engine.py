@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pyinfra.facts.files import File
 
+from roles.doctor.rows import NO_GPU, Row, broken, ok
 from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims
 from roles.llama_cpp import decide
 from roles.llama_cpp.decide import LlamaCppPlan
+from roles.llama_cpp.residency import judge, parse_compute_apps
 from roles.planner.units import plan_row
 
 UNIT = "llama-server"
@@ -77,6 +79,40 @@ def _roofline(plan, inst, memory, tp: int) -> tuple[float, float]:
     return memory.weight_bytes * memory.n_gpus, memory.kv_bytes_per_token
 
 
+def _evidence(host, p: LlamaCppPlan) -> dict:
+    """What the doctor's llama.cpp rows read on `host` (read-only): {'current': the target of decide.CURRENT (None:
+    no link), 'gpus': whether nvidia-smi lists a GPU, 'servers': {instance name: ServerEvidence of its unit}, read
+    only where a GPU is visible ({} otherwise)}."""
+    from pyinfra.facts.files import Link
+
+    from roles.llama_cpp.facts import ServerEvidence
+    from roles.nvidia_driver.facts import NvidiaGpus
+
+    gpus = bool(host.get_fact(NvidiaGpus))
+    return {"current": (host.get_fact(Link, path=decide.CURRENT) or {}).get("link_target"), "gpus": gpus,
+            "servers": {i.name: host.get_fact(ServerEvidence, unit=f"{UNIT}@{i.name}") for i in p.instances}
+            if gpus else {}}
+
+
+def _doctor(p: LlamaCppPlan, ev: dict) -> list[Row]:
+    """The llama.cpp current link points at the planned build; each llama-server serves from the GPU (its log and
+    nvidia-smi, residency.judge), skipped, saying why, where no GPU answers nvidia-smi."""
+    target = ev.get("current")
+    rows = [ok("llama.cpp build in use", target) if target == p.prefix else
+            broken("llama.cpp build in use", f"current -> {target}, settings say {p.prefix}", "run deploy.py")]
+    for inst in p.instances:
+        check = f"{UNIT}@{inst.name} serves from the GPU"
+        if not ev.get("gpus"):
+            rows.append(Row(check, "skipped", f"{NO_GPU}: the server can only run on the CPU here"))
+            continue
+        e = ev.get("servers", {}).get(inst.name) or {"log": [], "main_pid": 0, "compute_apps": []}
+        verdict = judge(e["log"], e["main_pid"], parse_compute_apps(e["compute_apps"]), inst.n_gpu_layers)
+        rows.append(ok(check, verdict.evidence) if verdict.on_gpu else
+                    broken(check, verdict.evidence, f"run repair.py if the driver is broken, then deploy.py; "
+                           f"`journalctl -u {UNIT}@{inst.name}` shows the server's own log"))
+    return rows
+
+
 BENCH = BenchHooks(
     planned_vram_bytes=lambda plan, inst: None if inst.memory is None else inst.memory.total_bytes * inst.memory.n_gpus,
     n_gpu_layers=lambda inst: inst.n_gpu_layers,
@@ -104,4 +140,5 @@ ENGINE = Engine(
     deploy="roles.llama_cpp.deploy:deploy_engine",
     # llama-server answers /health with 200 once its model is loaded (tools/server/README.md), also on the CPU
     health_path="/health", needs_gpu=False,
+    doctor=_doctor, evidence=_evidence,
 )

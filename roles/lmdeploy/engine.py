@@ -7,6 +7,7 @@ config.json with the vLLM role's facts (roles/vllm/facts.py PythonVersion, HfMod
 
 from __future__ import annotations
 
+from roles.doctor.rows import venv_evidence, venv_in_use
 from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims
 from roles.lmdeploy import decide
 from roles.lmdeploy.decide import CONFIG_DIR, UNIT, Instance, LmdeployPlan
@@ -114,4 +115,7 @@ ENGINE = Engine(
     quant_fix=_quant_fix,
     # api_server's GET /health answers 200 (lmdeploy/serve/openai/api_server.py `health`); its unit waits for a GPU
     health_path="/health", needs_gpu=True,
+    # the current link points at the planned venv, installed and checked (its stamp, written after check_venv.py)
+    doctor=lambda p, ev: venv_in_use("LMDeploy", p.venv, ev.get("current"), ev.get("stamped", False)),
+    evidence=lambda host, p: venv_evidence(host, decide.CURRENT, p.venv, decide.STAMP),
 )

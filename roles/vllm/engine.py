@@ -7,6 +7,7 @@ PlanInputs.fact (the deploy's own facts).
 
 from __future__ import annotations
 
+from roles.doctor.rows import venv_evidence, venv_in_use
 from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims
 from roles.planner import VLLM_CUDA_CONTEXT_BYTES
 from roles.planner.units import plan_row
@@ -111,4 +112,7 @@ ENGINE = Engine(
     deploy="roles.vllm.deploy:deploy_engine",
     # the OpenAI server answers /health with 200 once the engine runs; its unit waits for a GPU
     health_path="/health", needs_gpu=True,
+    # the current link points at the planned venv, installed and checked (its stamp); a Ray worker's too
+    doctor=lambda p, ev: venv_in_use("vLLM", p.venv, ev.get("current"), ev.get("stamped", False)),
+    evidence=lambda host, p: venv_evidence(host, decide.CURRENT, p.venv, decide.STAMP),
 )

@@ -15,14 +15,21 @@ from roles.doctor.hardware import gpu_health
 from roles.nvidia_driver.decide import BLACKLIST, DriverPlan
 from roles.nvidia_driver.versions import DriverPin
 from roles.platform import SUPPORTED
+from roles.preflight import HostPlan
 from roles.settings import load_settings
 from tests.unit.test_doctor_hardware import section
 
 PIN = DriverPin("580.95.05", {"cuda-drivers-580": "580.95.05-1", "nvidia-dkms-580": "580.95.05-1"}, "nvidia")
 TK = Toolkit("12.4", "nvidia", {"cuda-toolkit-12-4": "12.4.1-1"}, "/usr/local/cuda-12.4/bin/nvcc",
              "/usr/local/cuda-12.4", "g++-11")
-PLAN = SimpleNamespace(settings=load_settings("box", {}), platform=SUPPORTED["ubuntu2404"], driver=DriverPlan(PIN, "linux-headers-generic"), toolkits=[TK],
-                       llama_cpp=SimpleNamespace(prefix="/opt/llama.cpp/b1", instances=()), vllm=SimpleNamespace(venv="/v/0.9"), ray=None)
+class Plan(SimpleNamespace):
+    """The parts of a HostPlan the checks read; its engines' plans in `engines` ({role: plan})."""
+    engine_plans = HostPlan.engine_plans
+
+
+PLAN = Plan(settings=load_settings("box", {}), platform=SUPPORTED["ubuntu2404"], driver=DriverPlan(PIN, "linux-headers-generic"), toolkits=[TK],
+            engines={"llama_cpp": SimpleNamespace(prefix="/opt/llama.cpp/b1", instances=()),
+                     "vllm": SimpleNamespace(venv="/v/0.9")}, ray=None)
 PKG = {"version": "580.95.05-1", "source": "nvidia-graphics-drivers-580", "status": "ii"}
 K = "6.8.0-45-generic"
 HEALTHY = DoctorFacts(
@@ -39,7 +46,8 @@ HEALTHY = DoctorFacts(
     runfile_markers=[], gpus=[{"index": 0, "name": "Tesla V100", "compute_cap": "7.0", "memory_mib": 16160,
                                "persistence_mode": True, "driver_version": "580.95.05"}],
     persistenced_enabled=True, persistenced_active=True, xids=[], nvcc_releases={"12.4": "12.4"},
-    llama_cpp_current="/opt/llama.cpp/b1", vllm_current="/v/0.9", vllm_stamped=True,
+    engines={"llama_cpp": {"current": "/opt/llama.cpp/b1", "gpus": True, "servers": {}},
+             "vllm": {"current": "/v/0.9", "stamped": True}},
     hardware=gpu_health(section("v100-pcie-32gb-q")))  # a real V100's nvidia-smi -q (tests/data/nvidia_smi_v100.txt)
 
 
@@ -86,9 +94,10 @@ OTHER = {"version": "535.274.02-1", "source": "nvidia-graphics-drivers-535", "st
     ({"gpus": []}, "GPU PCIe link at the card's maximum", "skipped"),
     ({"hardware": []}, "GPU temperature below the slowdown threshold", "skipped"),
     ({"nvcc_releases": {"12.4": None}}, "CUDA 12.4 nvcc", "broken"),
-    ({"llama_cpp_current": "/opt/llama.cpp/b0"}, "llama.cpp build in use", "broken"),
-    ({"vllm_stamped": False}, "vLLM venv in use", "broken"),
-    ({"vllm_current": "/v/0.8"}, "vLLM venv in use", "broken"),
+    ({"engines": {**HEALTHY.engines, "llama_cpp": {**HEALTHY.engines["llama_cpp"], "current": "/opt/llama.cpp/b0"}}},
+     "llama.cpp build in use", "broken"),
+    ({"engines": {**HEALTHY.engines, "vllm": {"current": "/v/0.9", "stamped": False}}}, "vLLM venv in use", "broken"),
+    ({"engines": {**HEALTHY.engines, "vllm": {"current": "/v/0.8", "stamped": True}}}, "vLLM venv in use", "broken"),
 ])
 def test_each_fault_turns_its_check(changes, check, state):
     got = rows(**changes)
@@ -117,7 +126,7 @@ def test_xid_that_is_not_serious_passes():
 
 
 def test_no_rows_for_services_not_planned():
-    plan = SimpleNamespace(**{**vars(PLAN), "llama_cpp": None, "vllm": None, "toolkits": []})
+    plan = Plan(**{**vars(PLAN), "engines": {}, "toolkits": []})
     names = {r.check for r in checks.diagnose(HEALTHY, plan)}
     assert not {"llama.cpp build in use", "vLLM venv in use", "CUDA 12.4 nvcc"} & names
 
@@ -128,3 +137,16 @@ def test_blacklisted_names_the_file_when_broken():
 
 def test_as_dict():
     assert checks.as_dict([checks.ok("c", "e")]) == [{"check": "c", "state": "ok", "evidence": "e", "fix": ""}]
+
+
+def test_an_lmdeploy_plan_gets_its_venv_row_through_the_registry():
+    """LMDeploy's row comes from its own Engine.doctor (roles/lmdeploy/engine.py), not from the doctor's code."""
+    venv = "/opt/lmdeploy/0.15.0-py3.13-0123abcd"
+    plan = Plan(**{**vars(PLAN), "engines": {**PLAN.engines, "lmdeploy": SimpleNamespace(venv=venv)}})
+    facts = dataclasses.replace(HEALTHY, engines={**HEALTHY.engines, "lmdeploy": {"current": venv, "stamped": True}})
+    row = {r.check: r for r in checks.diagnose(facts, plan)}["LMDeploy venv in use"]
+    assert row.state == "ok" and venv in row.evidence
+    facts = dataclasses.replace(HEALTHY, engines={**HEALTHY.engines, "lmdeploy": {"current": None, "stamped": False}})
+    row = {r.check: r for r in checks.diagnose(facts, plan)}["LMDeploy venv in use"]
+    assert row.state == "broken" and "not installed and checked" in row.evidence and row.fix == "run deploy.py"
+    assert "LMDeploy venv in use" not in {r.check for r in checks.diagnose(HEALTHY, PLAN)}
