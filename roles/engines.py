@@ -137,6 +137,12 @@ class Engine:
     #: True where the unit waits for a GPU (ConditionPathExistsGlob=/proc/driver/nvidia/gpus/*): `verify` then asks
     #: for its health only on a host with a GPU; False for an engine that also serves on the CPU
     needs_gpu: bool = True
+    #: scrape(settings, host) -> [(instance name, its settings)] whose /metrics (on the instance's own listen:port) the
+    #: monitoring role's scrape configuration lists for inventory host `host`; default: every instance of `key`
+    scrape: Callable[[Any, str], list[tuple[str, Any]]] | None = None
+    #: watch(plan) -> {"links": [...], "units": [...]}: what the doctor's host-local checks on the box expect of
+    #: this engine (roles/monitoring/doctor_local.py; the shapes in roles/monitoring/decide.py expectations)
+    watch: Callable[[Any], dict] = field(default=lambda plan: {"links": [], "units": []})
 
     def converge(self, host_plan: Any) -> Any:
         """Run the engine's deploy hook (`deploy`) for `host_plan` (roles.preflight.HostPlan): its settings, this
@@ -146,6 +152,13 @@ class Engine:
         hook = getattr(importlib.import_module(module), function)
         return hook(host_plan.settings, host_plan.engines.get(self.role), host_plan)
 
+    def scraped(self, settings: Any, host: str) -> list[tuple[str, Any]]:
+        """[(instance name, instance settings)] of this engine whose /metrics is scraped on `host` (the `scrape`
+        hook, else every instance of the settings key, sorted by name)."""
+        if self.scrape is not None:
+            return self.scrape(settings, host)
+        return sorted(getattr(settings, self.key, {}).items())
+
     def unit_of(self, name: str) -> str:
         """The systemd unit of instance `name`: 'llama-server@chat'."""
         return f"{self.unit}@{name}"
@@ -153,6 +166,14 @@ class Engine:
     def key_file(self, name: str) -> str:
         """The instance's API key file on the host: '/etc/llama-server/chat.key.env' (0600, never in argv)."""
         return f"{self.config_dir}/{name}.key.env"
+
+
+def venv_watch(engine: Engine, label: str, venv: str, current: str, stamp: str, units: Iterable[str]) -> dict:
+    """An engine's Engine.watch for one installed venv: its current link must point at `venv`, which carries its
+    `stamp` (installed and checked), checked as '`label` venv in use' (the doctor's row name), and each instance in
+    `units` (names) runs; the units wait for a GPU where engine.needs_gpu."""
+    return {"links": [{"check": f"{label} venv in use", "link": current, "target": venv, "stamp": f"{venv}/{stamp}"}],
+            "units": [{"unit": engine.unit_of(n), "needs_gpu": engine.needs_gpu} for n in units]}
 
 
 def registered() -> tuple[Engine, ...]:

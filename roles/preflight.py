@@ -168,7 +168,7 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     claims = gpu_claims_of(settings, gpus, plans)
     problems += gpu_sum_problems(claims, {g["index"]: usable_mib(g) for g in host_gpus(settings, gpus)},
                                  {g["index"]: describe_outside(g) for g in gpus})
-    watch, more = (monitoring.plan(settings, driver.pin, plans.get("llama_cpp"), plans.get("vllm")) if driver
+    watch, more = (monitoring.plan(settings, driver.pin, plans) if driver
                    else (None, []))
     problems += more
     if problems or driver is None:

@@ -2,8 +2,8 @@
 [--write-credentials] [--rules FILE ...]: a Prometheus scrape configuration for the inventory's hosts.
 
 Per host: its node exporter (where monitoring_enabled; the GPU exporter's and the doctor's metrics come through its
-textfile collector) and each engine instance's /metrics (llama-server with `metrics`, vLLM), labelled host,
-engine and instance_name. A keyed instance gets a job of its own whose `authorization` reads the key from
+textfile collector) and each engine instance's /metrics (each registered engine's: llama-server with `metrics`, vLLM,
+LMDeploy; Engine.scrape), labelled host, engine (the unit template) and instance_name. A keyed instance gets a job of its own whose `authorization` reads the key from
 DIR/HOST_UNIT.key (monitoring_credentials_dir, or --credentials-dir): the key is never in the output, a URL or an
 argument. --write-credentials writes those files here (0600, from each api_key_file; the directory 0700): run it on
 the Prometheus server, or copy the directory there. Read from the inventory's settings alone: no host is connected.
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from roles.engine_registry import by_unit
 from roles.monitoring.decide import Target, scrape_config, targets
 from roles.secrets import read_api_key
 from roles.settings import SettingsError, load_settings
@@ -64,12 +65,12 @@ def write_credentials(results: dict, settings: dict) -> list[dict]:
         for t in found:
             if not t.credentials_file:
                 continue
-            name, engine = t.labels["instance_name"], t.labels["engine"]
-            table, key_name = ((settings[host].llama_cpp_instances, "llama_cpp_instances") if engine == "llama-server"
-                               else (settings[host].vllm_instances, "vllm_instances"))
-            key, found_problems = read_api_key(f"{key_name}.{name}.api_key_file", table[name].api_key_file)
+            name, unit = t.labels["instance_name"], f"{t.labels['engine']}@{t.labels['instance_name']}"
+            engine = by_unit(unit)  # the target's engine label is its unit template (targets())
+            table = getattr(settings[host], engine.key)
+            key, found_problems = read_api_key(f"{engine.key}.{name}.api_key_file", table[name].api_key_file)
             problems += [f"{host}: {p}" for p in found_problems]
-            keys.append((host, f"{engine}@{name}", Path(t.credentials_file), key))
+            keys.append((host, unit, Path(t.credentials_file), key))
     if problems:
         raise ValueError("; ".join(problems))
     written = []

@@ -113,6 +113,15 @@ def _doctor(p: LlamaCppPlan, ev: dict) -> list[Row]:
     return rows
 
 
+def _watch(p: LlamaCppPlan) -> dict:
+    """The doctor's host-local checks: the current link points at the planned build (no stamp: the build's own
+    install is its check); each llama-server runs (also on the CPU) and serves from the GPU where one is (its -ngl:
+    residency.judge on the box)."""
+    return {"links": [{"check": "llama.cpp build in use", "link": decide.CURRENT, "target": p.prefix, "stamp": None}],
+            "units": [{"unit": f"{UNIT}@{i.name}", "needs_gpu": False, "n_gpu_layers": i.n_gpu_layers}
+                      for i in p.instances]}
+
+
 BENCH = BenchHooks(
     planned_vram_bytes=lambda plan, inst: None if inst.memory is None else inst.memory.total_bytes * inst.memory.n_gpus,
     n_gpu_layers=lambda inst: inst.n_gpu_layers,
@@ -141,4 +150,7 @@ ENGINE = Engine(
     # llama-server answers /health with 200 once its model is loaded (tools/server/README.md), also on the CPU
     health_path="/health", needs_gpu=False,
     doctor=_doctor, evidence=_evidence,
+    # llama-server serves /metrics only with `metrics` (its --metrics flag)
+    scrape=lambda settings, host: [(n, i) for n, i in sorted(settings.llama_cpp_instances.items()) if i.metrics],
+    watch=_watch,
 )

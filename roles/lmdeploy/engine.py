@@ -8,7 +8,7 @@ config.json with the vLLM role's facts (roles/vllm/facts.py PythonVersion, HfMod
 from __future__ import annotations
 
 from roles.doctor.rows import venv_evidence, venv_in_use
-from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims
+from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims, venv_watch
 from roles.lmdeploy import decide
 from roles.lmdeploy.decide import CONFIG_DIR, UNIT, Instance, LmdeployPlan
 from roles.vllm.facts import HfModelDir, PythonVersion
@@ -118,4 +118,7 @@ ENGINE = Engine(
     # the current link points at the planned venv, installed and checked (its stamp, written after check_venv.py)
     doctor=lambda p, ev: venv_in_use("LMDeploy", p.venv, ev.get("current"), ev.get("stamped", False)),
     evidence=lambda host, p: venv_evidence(host, decide.CURRENT, p.venv, decide.STAMP),
+    # every instance: api_server mounts /metrics unless --disable-metrics (its parser's default is False,
+    # tests/data/lmdeploy/parsed-0.15.0.json), outside its API-key check (lmdeploy/serve/openai/api_server.py)
+    watch=lambda p: venv_watch(ENGINE, "LMDeploy", p.venv, decide.CURRENT, decide.STAMP, [i.name for i in p.instances]),
 )

@@ -24,7 +24,9 @@ tools/server/server-http.cpp: only /health and /v1/health are public; the key is
 or `X-Api-Key`), so the generated scrape job reads it from a credentials_file on the Prometheus server
 (`authorization: {credentials_file: ...}`: never in a URL or an argument). vLLM checks its key on /v1 only: its
 /metrics answers without one (the README's vLLM section); a keyed vLLM instance's job gets the credentials file all
-the same, harmless there.
+the same, harmless there. LMDeploy's api_server mounts /metrics outside its API-key check unless --disable-metrics
+(lmdeploy/serve/openai/api_server.py mount_metrics; 0.15.0's parser defaults it to False). Which instances are
+scraped is each registered engine's Engine.scrape; what the box's doctor expects of an engine, its Engine.watch.
 """
 
 from __future__ import annotations
@@ -165,39 +167,39 @@ def taken_ports(settings: Settings) -> dict[int, str]:
     return ports
 
 
-def expectations(settings: Settings, driver_pin, llama, served) -> dict:
+def expectations(settings: Settings, driver_pin, plans: dict) -> dict:
     """The doctor's host-local checks' expectations (doctor_local.py --expect): what the control machine decided
-    for this host. `driver_pin`: the DriverPin; `llama`, `served`: the LlamaCppPlan and VllmPlan (or None). No
-    secret: the file is 0644."""
-    from roles.llama_cpp.decide import CURRENT as LLAMA_CURRENT
-    from roles.vllm.decide import CURRENT as VLLM_CURRENT, STAMP as VLLM_STAMP
+    for this host. `driver_pin`: the DriverPin; `plans`: {engine role: its plan or None} (HostPlan.engines). No
+    secret: the file is 0644.
 
-    serves_vllm = served is not None and served.serves
+    {"driver_version": '580.95.05', "driver_packages": [apt names], "serious_xids": [Xid codes],
+     "links": [{"check": row name, "link": path of a current link, "target": the path it must point at,
+                "stamp": a file that must exist (installed and checked) or None}],
+     "units": [{"unit": 'llama-server@NAME', "needs_gpu": whether it waits for a GPU (skipped without one),
+                "n_gpu_layers": -ngl, only where the residency on the GPU is judged}]}
+    Links and units come from each registered engine's Engine.watch, in the registry's order."""
+    from roles.engines import registered
+
+    watched = [e.watch(plans[e.role]) for e in registered() if plans.get(e.role) is not None]
     return {
         "driver_version": driver_pin.version,
         "driver_packages": sorted(driver_pin.packages),
-        "llama_cpp_current": LLAMA_CURRENT if llama else None,
-        "llama_cpp_prefix": llama.prefix if llama else None,
-        "llama_instances": [{"name": i.name, "n_gpu_layers": i.n_gpu_layers} for i in llama.instances]
-        if llama else [],
-        "vllm_current": VLLM_CURRENT if served else None,
-        "vllm_venv": served.venv if served else None,
-        "vllm_stamp": f"{served.venv}/{VLLM_STAMP}" if served else None,
-        "vllm_instances": [i.name for i in served.instances] if serves_vllm else [],
+        "links": [link for w in watched for link in w["links"]],
+        "units": [unit for w in watched for unit in w["units"]],
         "serious_xids": list(SERIOUS_XIDS),
     }
 
 
-def plan(settings: Settings, driver_pin, llama, served) -> tuple[MonitoringPlan | None, list[str]]:
+def plan(settings: Settings, driver_pin, plans: dict) -> tuple[MonitoringPlan | None, list[str]]:
     """(plan, problems); the plan None with monitoring off (the role then removes what an earlier deploy set up)
-    or with problems."""
+    or with problems. `plans`: {engine role: its plan or None}."""
     found = problems(settings, taken_ports(settings))
     if found or not settings.monitoring_enabled:
         return None, found
     s = settings
     return MonitoringPlan(s.monitoring_listen_address, s.monitoring_node_exporter_port, tuple(s.monitoring_scrapers),
                           s.monitoring_textfile_dir, s.monitoring_gpu_interval_s, s.monitoring_doctor_interval_s,
-                          expectations(s, driver_pin, llama, served)), []
+                          expectations(s, driver_pin, plans)), []
 
 
 # -- the scrape configuration -------------------------------------------------------------------------------------
@@ -230,6 +232,8 @@ def targets(host: str, host_address: str, settings: Settings, credentials_dir: s
     metrics come with it, from the textfile collector) and each engine instance's /metrics. `host_address`: how the
     Prometheus server reaches the host (the inventory's ssh_hostname, else its name). `credentials_dir`: overrides
     monitoring_credentials_dir."""
+    from roles.engines import registered
+
     creds = credentials_dir or settings.monitoring_credentials_dir
     out = []
     loopback = "listens on the loopback: only a Prometheus on the host itself (or sharing its network) reaches it"
@@ -237,10 +241,7 @@ def targets(host: str, host_address: str, settings: Settings, credentials_dir: s
         listen = settings.monitoring_listen_address
         out.append(Target("v100kit-node", f"{_reach(listen, host_address)}:{settings.monitoring_node_exporter_port}",
                           {"host": host}, note=f"{host} node exporter {loopback}" if is_loopback(listen) else ""))
-    engines = [("llama-server", n, i) for n, i in sorted(settings.llama_cpp_instances.items()) if i.metrics]
-    engines += [("vllm", n, i) for n, i in sorted(settings.vllm_instances.items())]
-    if settings.ray_cluster and settings.ray_head:  # a cluster's instance is served by its head alone
-        engines = [e for e in engines if e[0] != "vllm" or host == settings.ray_head]
+    engines = [(e.unit, n, i) for e in registered() for n, i in e.scraped(settings, host)]
     for engine, name, inst in engines:
         unit = f"{engine}@{name}"
         out.append(Target(f"v100kit-{engine}", f"{_reach(inst.listen, host_address)}:{inst.port}",

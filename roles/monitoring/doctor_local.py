@@ -15,7 +15,8 @@ Face cache, the vLLM lock files), so it cannot run from the box's own data. Inst
 also bring pyinfra, pydantic and gevent into a venv on every box, which an offline host (v100kit/offline*.py) cannot
 get: `offline fill` mirrors the apt packages the deploy installs and the vLLM lock's wheels, nothing else. This
 script needs only the distribution's python3 (an apt package the mirror carries) and its standard library. What the
-control machine decided (the pinned driver, the planned llama.cpp build and vLLM venv, each instance's -ngl) is
+control machine decided (the pinned driver, each engine's planned build or venv
+and its units, each llama-server's -ngl: every registered engine's Engine.watch) is
 written at deploy time into the expectations file (roles/monitoring/decide.py expectations); the judgement of
 llama-server's residency is the doctor's own code, roles/llama_cpp/residency.py, installed beside this file. The
 check names are the doctor's row names (roles/doctor/checks.py) where a check is the same; the control machine's
@@ -80,8 +81,7 @@ def gather(expect: dict, run=run, read=read) -> dict:
                           if len(p) >= 3 and p[2].startswith("ii")}
     rc, out = run(["apt-mark", "showhold"])
     facts["holds"] = set(out.split())
-    units = ["nvidia-persistenced.service"] + [f"llama-server@{i['name']}.service" for i in expect["llama_instances"]] \
-        + [f"vllm@{n}.service" for n in expect["vllm_instances"]]
+    units = ["nvidia-persistenced.service"] + [f"{u['unit']}.service" for u in expect["units"]]
     facts["enabled"], facts["active"] = {}, {}
     for unit in units:
         facts["enabled"][unit] = run(["systemctl", "is-enabled", unit])[1].strip()
@@ -91,20 +91,21 @@ def gather(expect: dict, run=run, read=read) -> dict:
     if facts["gpus"]:
         rc, out = run(["journalctl", "-k", "-b", "--no-pager", "-o", "cat", "--grep", "NVRM: Xid"])
         facts["xid_lines"] = out.splitlines()
-    facts["links"] = {p: (os.readlink(p) if os.path.islink(p) else None)
-                      for p in filter(None, (expect.get("llama_cpp_current"), expect.get("vllm_current")))}
-    stamp = expect.get("vllm_stamp")
-    facts["vllm_stamped"] = bool(stamp) and os.path.isfile(stamp)
+    facts["links"] = {link["link"]: (os.readlink(link["link"]) if os.path.islink(link["link"]) else None)
+                      for link in expect["links"]}
+    facts["stamped"] = {link["stamp"]: os.path.isfile(link["stamp"]) for link in expect["links"] if link["stamp"]}
     facts["servers"] = {}
     if facts["gpus"]:
         rc, apps = run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
-        for inst in expect["llama_instances"]:
-            unit = f"llama-server@{inst['name']}"
+        for u in expect["units"]:
+            if "n_gpu_layers" not in u:  # residency is judged only where the expectations give the -ngl
+                continue
+            unit = u["unit"]
             pid_text = run(["systemctl", "show", "-p", "MainPID", "--value", unit])[1].strip()
             pid = int(pid_text) if pid_text.isdigit() else 0
             log = run(["journalctl", "-b", "-u", unit, f"_PID={pid}", "-o", "cat", "--no-pager"])[1].splitlines() \
                 if pid else []
-            facts["servers"][inst["name"]] = {"main_pid": pid, "log": log[-2000:],
+            facts["servers"][unit] = {"main_pid": pid, "log": log[-2000:],
                                               "compute_apps": apps.splitlines() if rc == 0 else []}
     return facts
 
@@ -149,30 +150,28 @@ def judge(facts: dict, expect: dict) -> list[tuple[str, str, str]]:
         xids = [int(m.group(1)) for line in facts["xid_lines"]
                 if (m := re.search(r"NVRM: Xid \([^)]*\): (\d+)", line)) and int(m.group(1)) in serious]
         row("no serious Xid errors this boot", not xids, f"Xid {sorted(set(xids))}" if xids else "none")
-    for check, path, want, stamped in (
-            ("llama.cpp build in use", expect.get("llama_cpp_current"), expect.get("llama_cpp_prefix"), True),
-            ("vLLM venv in use", expect.get("vllm_current"), expect.get("vllm_venv"), facts["vllm_stamped"])):
-        if path:
-            target = facts["links"].get(path)
-            row(check, target == want and stamped, f"current -> {target}, settings say {want}"
-                + ("" if stamped else " (not installed and checked)"))
+    for link in expect["links"]:  # each engine's build or venv (Engine.watch; the doctor's row names)
+        target, want = facts["links"].get(link["link"]), link["target"]
+        stamped = link["stamp"] is None or facts["stamped"].get(link["stamp"], False)
+        row(link["check"], target == want and stamped, f"current -> {target}, settings say {want}"
+            + ("" if stamped else " (not installed and checked)"))
     residency = _residency()
-    for inst in expect["llama_instances"]:
-        unit = f"llama-server@{inst['name']}"
-        state = facts["active"].get(f"{unit}.service")
+    for u in expect["units"]:
+        unit, state = u["unit"], facts["active"].get(f"{u['unit']}.service")
+        if u["needs_gpu"] and not gpus:
+            # without a GPU bound to the driver the unit is skipped by its ConditionPathExistsGlob
+            row(f"{unit} running", None, f"{NO_GPU}: not started")
+            continue
         row(f"{unit} running", state == "active", state or "unknown")
+        if "n_gpu_layers" not in u:
+            continue
         if not gpus:
             row(f"{unit} serves from the GPU", None, f"{NO_GPU}: the server can only run on the CPU here")
             continue
-        ev = facts["servers"].get(inst["name"]) or {"log": [], "main_pid": 0, "compute_apps": []}
+        ev = facts["servers"].get(unit) or {"log": [], "main_pid": 0, "compute_apps": []}
         verdict = residency.judge(ev["log"], ev["main_pid"], residency.parse_compute_apps(ev["compute_apps"]),
-                                  inst["n_gpu_layers"])
+                                  u["n_gpu_layers"])
         row(f"{unit} serves from the GPU", verdict.on_gpu, verdict.evidence)
-    for name in expect["vllm_instances"]:
-        unit = f"vllm@{name}"
-        state = facts["active"].get(f"{unit}.service")
-        # without a GPU bound to the driver the unit is skipped by its ConditionPathExistsGlob (roles/vllm)
-        row(f"{unit} running", state == "active" if gpus else None, state if gpus else f"{NO_GPU}: not started")
     return rows
 
 

@@ -8,7 +8,7 @@ PlanInputs.fact (the deploy's own facts).
 from __future__ import annotations
 
 from roles.doctor.rows import venv_evidence, venv_in_use
-from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims
+from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims, venv_watch
 from roles.planner import VLLM_CUDA_CONTEXT_BYTES
 from roles.planner.units import plan_row
 from roles.planner.vllm import vllm_graph_bytes
@@ -115,4 +115,9 @@ ENGINE = Engine(
     # the current link points at the planned venv, installed and checked (its stamp); a Ray worker's too
     doctor=lambda p, ev: venv_in_use("vLLM", p.venv, ev.get("current"), ev.get("stamped", False)),
     evidence=lambda host, p: venv_evidence(host, decide.CURRENT, p.venv, decide.STAMP),
+    # a Ray cluster's instance is served by its head alone: the other nodes list no vLLM target
+    scrape=lambda settings, host: sorted(settings.vllm_instances.items())
+    if not (settings.ray_cluster and settings.ray_head) or host == settings.ray_head else [],
+    watch=lambda p: venv_watch(ENGINE, "vLLM", p.venv, decide.CURRENT, decide.STAMP,
+                               [i.name for i in p.instances] if p.serves else []),
 )

@@ -118,10 +118,11 @@ def test_the_doctors_expectations_are_the_plans_and_hold_no_secret(tmp_path):
         "user=root group=root mode=-rw-r--r-- atime=0 mtime=0 ctime=0 size=10 '/srv/m.gguf'"]})
     expect = json.loads(uploads["/etc/v100kit/doctor-local.json"])
     assert expect["driver_version"] == "550.163.01"  # README: Debian 13's default driver
-    assert expect["llama_instances"] == [{"name": "m", "n_gpu_layers": 99}]
-    assert expect["llama_cpp_current"] == "/opt/llama.cpp/current"
-    assert expect["llama_cpp_prefix"].startswith("/opt/llama.cpp/pypi-0.3.36-sm70-cuda12.4-")
-    assert 79 in expect["serious_xids"] and expect["vllm_instances"] == []
+    assert expect["units"] == [{"unit": "llama-server@m", "needs_gpu": False, "n_gpu_layers": 99}]
+    [link] = expect["links"]  # no vLLM or LMDeploy instance: their venvs are not expected
+    assert (link["check"], link["link"], link["stamp"]) == ("llama.cpp build in use", "/opt/llama.cpp/current", None)
+    assert link["target"].startswith("/opt/llama.cpp/pypi-0.3.36-sm70-cuda12.4-")
+    assert 79 in expect["serious_xids"]
     assert "sekrit" not in json.dumps(uploads.get("/etc/v100kit/doctor-local.json"))
     assert not [c for c in cmds if "sekrit" in str(c)]
 

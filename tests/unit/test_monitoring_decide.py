@@ -166,9 +166,11 @@ def test_json_and_exit_statuses(tmp_path, capsys):
 
 def _expect(**kw) -> dict:
     base = {"driver_version": "535.261.03", "driver_packages": ["nvidia-driver", "libnvidia-ml1"],
-            "llama_cpp_current": "/opt/llama.cpp/current", "llama_cpp_prefix": "/opt/llama.cpp/p",
-            "llama_instances": [{"name": "tiny", "n_gpu_layers": 99}], "vllm_current": None, "vllm_venv": None,
-            "vllm_stamp": None, "vllm_instances": ["v"], "serious_xids": list(decide.SERIOUS_XIDS)}
+            "links": [{"check": "llama.cpp build in use", "link": "/opt/llama.cpp/current",
+                       "target": "/opt/llama.cpp/p", "stamp": None}],
+            "units": [{"unit": "llama-server@tiny", "needs_gpu": False, "n_gpu_layers": 99},
+                      {"unit": "vllm@v", "needs_gpu": True}],
+            "serious_xids": list(decide.SERIOUS_XIDS)}
     return {**base, **kw}
 
 
@@ -181,8 +183,8 @@ def _facts(gpus=(), **kw) -> dict:
             "active": {"nvidia-persistenced.service": "active", "llama-server@tiny.service": "active",
                        "vllm@v.service": "active"},
             "modules": "", "xid_lines": [], "links": {"/opt/llama.cpp/current": "/opt/llama.cpp/p"},
-            "vllm_stamped": False,
-            "servers": {"tiny": {"main_pid": 42, "compute_apps": ["42, 1500"],
+            "stamped": {},
+            "servers": {"llama-server@tiny": {"main_pid": 42, "compute_apps": ["42, 1500"],
                                  "log": ["ggml_cuda_init: found 1 CUDA devices:",
                                          "load_tensors: offloaded 33/33 layers to GPU"]}}}
     return {**base, **kw}
@@ -206,7 +208,7 @@ def test_doctor_on_the_box_with_a_gpu_healthy_and_broken():
                     xid_lines=["NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."],
                     enabled={"nvidia-persistenced.service": "disabled"},
                     active={"nvidia-persistenced.service": "inactive", "llama-server@tiny.service": "active"},
-                    servers={"tiny": {"main_pid": 42, "compute_apps": [],
+                    servers={"llama-server@tiny": {"main_pid": 42, "compute_apps": [],
                                       "log": ["ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device"]}})
     rows = {c: (s, e) for c, s, e in doctor_local.judge(broken, _expect())}
     for check in ("loaded module matches the userland", "driver packages held", "nvidia-persistenced enabled",
@@ -301,3 +303,58 @@ def test_a_missing_key_file_writes_no_credentials_and_names_the_host_and_setting
     doc = json.loads(captured.out)
     assert doc["error"] == "credentials" and "gpu-02: llama_cpp_instances.gemma.api_key_file" in doc["cause"]
     assert SECRET not in captured.out + captured.err
+
+
+
+def test_an_lmdeploy_instance_is_a_target_of_its_own_engine_and_its_key_is_written(tmp_path, capsys):
+    """A third engine reaches the scrape configuration through the registry: job v100kit-lmdeploy, labelled with its
+    unit template, and a keyed instance's credentials file written from lmdeploy_instances.NAME.api_key_file (the
+    command read only llama-server's and vLLM's settings before)."""
+    key = tmp_path / "key"
+    key.write_text(SECRET + "\n")
+    instances = {"q": {"model_path": "/srv/q", "port": 23333},
+                 "k": {"model_path": "/srv/k", "port": 23334, "api_key_file": str(key)}}
+    found = decide.targets("box1", "box1", settings(lmdeploy_instances=instances), "/etc/prom/keys")
+    assert [(t.job, t.address, t.labels, t.credentials_file) for t in found] == [
+        ("v100kit-lmdeploy", "127.0.0.1:23334", {"host": "box1", "engine": "lmdeploy", "instance_name": "k"},
+         "/etc/prom/keys/box1_lmdeploy@k.key"),
+        ("v100kit-lmdeploy", "127.0.0.1:23333", {"host": "box1", "engine": "lmdeploy", "instance_name": "q"}, None)]
+    inventory = tmp_path / "inv.py"
+    inventory.write_text(f"boxes = [('gpu-01', {{'lmdeploy_instances': {instances!r}}})]\n")
+    creds = tmp_path / "creds"
+    assert main(["monitoring", "scrape-config", str(inventory), "--credentials-dir", str(creds),
+                 "--write-credentials", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["credentials"] == [{"file": str(creds / "gpu-01_lmdeploy@k.key"), "host": "gpu-01", "unit": "lmdeploy@k"}]
+    assert (creds / "gpu-01_lmdeploy@k.key").read_text() == SECRET
+    assert {j["job_name"] for j in doc["config"]["scrape_configs"]} == {"v100kit-lmdeploy", "v100kit-lmdeploy-gpu-01-k"}
+
+
+def test_the_box_expects_each_engines_venv_and_units_from_the_registry():
+    """The expectations of a host with vLLM and LMDeploy plans: each venv's link and stamp, each unit waiting for a
+    GPU; judged on the box without a GPU the units skip, and a venv whose stamp is missing is broken."""
+    from types import SimpleNamespace
+
+    from roles.monitoring import doctor_local
+
+    pin = SimpleNamespace(version="580.95.05", packages={"cuda-drivers-580": "580.95.05-1"})
+    vllm = SimpleNamespace(venv="/opt/vllm/0.10.1", serves=True, instances=[SimpleNamespace(name="v")])
+    lmd = SimpleNamespace(venv="/opt/lmdeploy/0.15.0-py3.13-ab", instances=[SimpleNamespace(name="q")])
+    expect = decide.expectations(settings(), pin, {"llama_cpp": None, "vllm": vllm, "lmdeploy": lmd})
+    assert expect["links"] == [
+        {"check": "vLLM venv in use", "link": "/opt/vllm/current", "target": "/opt/vllm/0.10.1",
+         "stamp": "/opt/vllm/0.10.1/.v100kit-venv.json"},
+        {"check": "LMDeploy venv in use", "link": "/opt/lmdeploy/current", "target": "/opt/lmdeploy/0.15.0-py3.13-ab",
+         "stamp": "/opt/lmdeploy/0.15.0-py3.13-ab/.v100kit-venv.json"}]
+    assert expect["units"] == [{"unit": "vllm@v", "needs_gpu": True}, {"unit": "lmdeploy@q", "needs_gpu": True}]
+    facts = _facts(links={"/opt/vllm/current": "/opt/vllm/0.10.1",
+                          "/opt/lmdeploy/current": "/opt/lmdeploy/0.15.0-py3.13-ab"},
+                   stamped={"/opt/vllm/0.10.1/.v100kit-venv.json": True,
+                            "/opt/lmdeploy/0.15.0-py3.13-ab/.v100kit-venv.json": False})
+    rows = {c: (s, e) for c, s, e in doctor_local.judge(facts, {**_expect(), **expect})}
+    assert rows["vLLM venv in use"][0] == "ok"
+    assert rows["LMDeploy venv in use"] == (
+        "broken", "current -> /opt/lmdeploy/0.15.0-py3.13-ab, settings say /opt/lmdeploy/0.15.0-py3.13-ab "
+                  "(not installed and checked)")
+    assert rows["lmdeploy@q running"] == ("skipped", "no GPU visible (nvidia-smi): not started")
+    assert "llama-server@tiny running" not in rows  # the units are the expectations', not a fixed list
