@@ -6,6 +6,7 @@ is one name there. docs/engines.md lists what an engine provides."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 from roles.engine_packages import ENGINE_PACKAGES
 from roles.engines import Engine
@@ -17,30 +18,29 @@ class UnknownEngine(ValueError):
     """An engine name, settings key or unit that no registered engine has."""
 
 
+def _one(matches: Callable[[Engine], bool], missing: str, known: Callable[[Engine], str]) -> Engine:
+    """The first registered engine that `matches`; else UnknownEngine: `missing`, then the registry's engines
+    as `known` names each."""
+    for e in ENGINES:
+        if matches(e):
+            return e
+    raise UnknownEngine(f"{missing}: the registry (roles/engine_registry.py) knows "
+                        f"{', '.join(known(e) for e in ENGINES)}")
+
+
 def by_role(role: str) -> Engine:
     """The engine whose package is roles/`role`. Raises UnknownEngine naming the known engines."""
-    for e in ENGINES:
-        if e.role == role:
-            return e
-    raise UnknownEngine(f"no engine {role!r}: the registry (roles/engine_registry.py) knows "
-                        f"{', '.join(e.role for e in ENGINES)}")
+    return _one(lambda e: e.role == role, f"no engine {role!r}", lambda e: e.role)
 
 
 def by_name(name: str) -> Engine:
     """The engine labelled `name` ('llama.cpp', 'vllm'). Raises UnknownEngine naming the known engines."""
-    for e in ENGINES:
-        if e.name == name:
-            return e
-    raise UnknownEngine(f"no engine {name!r}: the registry (roles/engine_registry.py) knows "
-                        f"{', '.join(e.name for e in ENGINES)}")
+    return _one(lambda e: e.name == name, f"no engine {name!r}", lambda e: e.name)
 
 
 def by_unit(unit: str) -> Engine:
     """The engine whose template `unit` ('vllm@chat') is an instance of. Raises UnknownEngine naming the known
     engines' units."""
     stem = unit.partition("@")[0]
-    for e in ENGINES:
-        if e.unit == stem and "@" in unit:
-            return e
-    raise UnknownEngine(f"{unit!r} is no engine's unit: the registry (roles/engine_registry.py) knows "
-                        f"{', '.join(e.unit + '@NAME' for e in ENGINES)}")
+    return _one(lambda e: e.unit == stem and "@" in unit, f"{unit!r} is no engine's unit",
+                lambda e: e.unit + "@NAME")
