@@ -12,27 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from roles.lmdeploy.versions import lock_name_parts
-from roles.vllm.machine_code import Fetch, LockCheck, WheelRead, cuobjdump, evidence_path  # noqa: F401
-from roles.vllm.machine_code import _cached_read  # the per-wheel memo, shared with vLLM's locks' cache layout
-from roles.vllm.versions import lock_platform
+from roles.vllm.machine_code import Fetch, LockCheck, evidence_path  # noqa: F401
+from roles.vllm.machine_code import check_lock as vllm_check_lock
 
 
 def check_lock(lock_path: Path, cache_dir: Path, fetch: Fetch) -> LockCheck:
     """The sm_70 check of one LMDeploy lock: fetch(lock, python, cache_dir) downloads its wheels (hash-checked;
     tools/lock_lmdeploy.py passes v100kit.offline_pypi.fill_wheels), then every ELF member is read with the pinned
-    cuobjdump, results kept per wheel sha256 under cache_dir/machine-code.
+    cuobjdump, results kept per wheel sha256 under cache_dir/machine-code (roles/vllm/machine_code.py check_lock,
+    given the Python of the LMDeploy lock's name).
 
     Returns a LockCheck named after the lock (its `ok`, `failing`, `not_launched` are roles/vllm/machine_code.py's
     rules: the vLLM-only lists there name vLLM's and xformers' files, which an LMDeploy lock does not hold, and
     cuFFT's libcufftw, which no torch binary links). Raises ValueError for a lock name of another form,
     MachineCodeError when cuobjdump is missing or fails, and what fetch raises."""
-    lock_path = Path(lock_path)
-    _, python = lock_name_parts(lock_path)
-    tool, version = cuobjdump()
-    binaries, plain, read = [], [], []
-    for wheel in fetch(lock_path, python, Path(cache_dir)):
-        sha, found, without, cubins = _cached_read(Path(wheel), Path(cache_dir), tool, version)
-        binaries += found
-        plain += [f"{Path(wheel).name}:{m}" for m in without]
-        read.append(WheelRead(Path(wheel).name, sha, len(without), tuple(cubins.items())))
-    return LockCheck(lock_path.name, tuple(binaries), tuple(plain), tuple(read), lock_platform(lock_path))
+    _, python = lock_name_parts(Path(lock_path))
+    return vllm_check_lock(lock_path, cache_dir, fetch, python)

@@ -464,17 +464,19 @@ def lock_python(lock_path: Path) -> str:
 Fetch = Callable[[Path, str, Path], list[Path]]
 
 
-def check_lock(lock_path: Path, cache_dir: Path, fetch: Fetch) -> LockCheck:
-    """The sm_70 check of one lock (files/vllm/vllm-<version>-py<python>.txt): fetch(lock, python, cache_dir)
-    downloads its wheels (hash-checked; reused when already in cache_dir), then every ELF member of every wheel is
-    read with the pinned cuobjdump (results kept per wheel sha256 under cache_dir/machine-code).
+def check_lock(lock_path: Path, cache_dir: Path, fetch: Fetch, python: str | None = None) -> LockCheck:
+    """The sm_70 check of one lock (files/vllm/vllm-<version>-py<python>.txt, or any engine's lock given its
+    `python`, as roles/lmdeploy/machine_code.py does): fetch(lock, python, cache_dir) downloads its wheels
+    (hash-checked; reused when already in cache_dir), then every ELF member of every wheel is read with the pinned
+    cuobjdump (results kept per wheel sha256 under cache_dir/machine-code).
 
-    Returns a LockCheck (binaries in lock order, then member order; platform from the lock's first line). Raises ValueError for a lock name that names no
-    Python, MachineCodeError when cuobjdump is missing or fails, and what fetch raises (OSError for the network,
-    ValueError for a hash mismatch)."""
+    Returns a LockCheck (binaries in lock order, then member order; platform from the lock's first line). Raises
+    ValueError for a lock name that names no Python (python None: a vLLM lock's name), MachineCodeError when
+    cuobjdump is missing or fails, and what fetch raises (OSError for the network, ValueError for a hash
+    mismatch)."""
     lock_path = Path(lock_path)
     tool, version = cuobjdump()
-    wheels = fetch(lock_path, lock_python(lock_path), Path(cache_dir))
+    wheels = fetch(lock_path, python or lock_python(lock_path), Path(cache_dir))
     binaries: list[CudaBinary] = []
     plain: list[str] = []
     read: list[WheelRead] = []
