@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from urllib.parse import unquote, urlparse, urlsplit
 
 from jinja2 import FileSystemLoader
 
+from roles import planner
 from roles.nvidia_driver.shapes import GpuInfo, GpuProcess
 from roles.settings import InstanceOnGpus, Settings, problem
 
@@ -250,6 +252,50 @@ def one_model(key: str, inst: InstanceOnGpus, fix: str, shown: dict | None = Non
     if shown is None:
         shown = {"model_path": inst.model_path, "model_source": inst.model_source}
     return [problem(key, shown, "needs exactly one of model_path and model_source", fix)]
+
+
+def model_files(directory: Path) -> tuple[tuple[str, str], ...]:
+    """Every file of a model directory as (resolved source, relative destination), following symlinks (a Hugging
+    Face cache snapshot is all links to blobs) and skipping hidden entries (.cache, .git)."""
+    out = []
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory)
+        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+            continue
+        out.append((str(path.resolve()), rel.as_posix()))
+    return tuple(out)
+
+
+def hf_instance_model(key: str, inst: InstanceOnGpus, copy_to: str, host_model: Callable[[str], dict | None]):
+    """(model_path on the host, files to copy, config.json dict or None, planner.HfModel or None, problems) of an
+    instance whose model is a Hugging Face directory (vLLM's, LMDeploy's): a model_source directory is read here
+    (planner.read_hf) and copied to `copy_to`, its own directory per instance (two sources with the same basename
+    never share one); a model_path is read on the host (`host_model`: the HfModelDir fact)."""
+    if more := one_model(key, inst, "set model_path (a directory on the host) or model_source (one here)"):
+        return inst.model_path or "", (), None, None, more
+    if inst.model_source:
+        source = Path(inst.model_source).expanduser()
+        try:
+            if not source.is_dir():
+                raise ValueError("not a directory")
+            config = json.loads((source / "config.json").read_text())
+            hf = planner.read_hf(source)
+        except (OSError, ValueError) as e:
+            return "", (), None, None, [problem(f"{key}.model_source", inst.model_source, f"not a readable Hugging "
+                                                f"Face model directory ({e})", "give a directory with config.json, "
+                                                "*.safetensors and the tokenizer files")]
+        return copy_to, model_files(source), config, hf, []
+    found = host_model(inst.model_path)
+    if not found or found["config"] is None:
+        return inst.model_path, (), None, None, [problem(
+            f"{key}.model_path", inst.model_path, "no readable config.json (a JSON object) there on the host",
+            "copy the model directory there, or use model_source")]
+    try:
+        hf = planner.hf_model_from_config(found["config"], found["safetensors_bytes"], f"{inst.model_path}/config.json")
+    except ValueError as e:
+        return inst.model_path, (), None, None, [problem(f"{key}.model_path", inst.model_path, str(e),
+                                                         "fix the model's config.json")]
+    return inst.model_path, (), found["config"], hf, []
 
 
 #: The systemd units of v100kit's own processes on a GPU (the engines' instances, roles/ray's units): their memory is

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from roles import planner
-from roles.engines import (compute_capability, given_gpus, gpu_count, network_listener, one_model, outside_use,
-                           port_clashes, usable_mib)
+from roles.engines import (compute_capability, given_gpus, gpu_count, hf_instance_model, network_listener,
+                           outside_use, port_clashes, usable_mib)
 from roles.lmdeploy.flags import ServeArgs, serve_argv
 from roles.lmdeploy.planner import KvPlan, KvShape, plan_kv
 from roles.lmdeploy.quant import TurbomindFormat, architecture_problems, turbomind_format
@@ -28,7 +28,7 @@ from roles.nvidia_driver.shapes import GpuInfo
 from roles.secrets import read_api_key
 from roles.settings import problem
 from roles.volta import CUDA_MIN_DRIVER, CUDA_MINOR_COMPAT_MIN_DRIVER, version_tuple
-from roles.vllm.decide import INSTALL_FLAGS, UV, UV_CACHE, install_flags, lock_digest, model_files  # noqa: F401
+from roles.vllm.decide import INSTALL_FLAGS, UV, UV_CACHE, install_flags, lock_digest  # noqa: F401
 from roles.vllm.versions import TORCH_SM70
 
 UNIT = "lmdeploy"
@@ -170,35 +170,10 @@ def lock(rel: LmdeployRelease, host_python: str) -> tuple[Path, str, list[str]]:
 
 
 def model(key: str, inst, name: str, home: str, host_model: Callable[[str], dict | None]):
-    """(model_path on the host, files to copy, config.json dict or None, HfModel or None, problems) of one instance:
-    a model_source directory is read here (planner.read_hf) and copied to HOME/models/lmdeploy-NAME (its own
-    directory: a vLLM instance of the same name has HOME/models/NAME); a model_path is read on the host
-    (`host_model`: the HfModelDir fact)."""
-    if more := one_model(key, inst, "set model_path (a directory on the host) or model_source (one here)"):
-        return inst.model_path or "", (), None, None, more
-    if inst.model_source:
-        source = Path(inst.model_source).expanduser()
-        try:
-            if not source.is_dir():
-                raise ValueError("not a directory")
-            config = json.loads((source / "config.json").read_text())
-            hf = planner.read_hf(source)
-        except (OSError, ValueError) as e:
-            return "", (), None, None, [problem(f"{key}.model_source", inst.model_source, f"not a readable Hugging "
-                                                f"Face model directory ({e})", "give a directory with config.json, "
-                                                "*.safetensors and the tokenizer files")]
-        return f"{home}/models/{UNIT}-{name}", model_files(source), config, hf, []
-    found = host_model(inst.model_path)
-    if not found or found["config"] is None:
-        return inst.model_path, (), None, None, [problem(
-            f"{key}.model_path", inst.model_path, "no readable config.json (a JSON object) there on the host",
-            "copy the model directory there, or use model_source")]
-    try:
-        hf = planner.hf_model_from_config(found["config"], found["safetensors_bytes"], f"{inst.model_path}/config.json")
-    except ValueError as e:
-        return inst.model_path, (), None, None, [problem(f"{key}.model_path", inst.model_path, str(e),
-                                                         "fix the model's config.json")]
-    return inst.model_path, (), found["config"], hf, []
+    """(model_path on the host, files to copy, config.json dict or None, HfModel or None, problems) of one instance
+    (roles.engines.hf_instance_model): a model_source directory is copied to HOME/models/lmdeploy-NAME (its own
+    directory: a vLLM instance of the same name has HOME/models/NAME); a model_path is read on the host."""
+    return hf_instance_model(key, inst, f"{home}/models/{UNIT}-{name}", host_model)
 
 
 def memory(key: str, inst, hf: planner.HfModel, shape: KvShape, session_len: int,
