@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from roles.hub_source import is_hub_source, source_problem
 
@@ -35,16 +35,6 @@ def once_each(values: list | None, what: str) -> list | None:
     return values
 
 
-class InstanceOnGpus(BaseModel):
-    """The settings every engine's instances share, declared once (the base of roles/NAME/settings.py's
-    instance model)."""
-
-    allow_gpu_in_use: bool = Field(
-        False, description="plan on the GPUs' whole memory although processes outside v100kit use some of it now "
-                           "(they must have stopped before the instance starts); refused otherwise where the "
-                           "instance does not fit beside them")
-
-
 def listen_address(cls, v: str) -> str:
     """Validator body of an instance's `listen`: `v` unchanged; pydantic's ValueError names the value where it is no
     IP address (no port, no host name)."""
@@ -57,6 +47,35 @@ def hub_source_check(value: str | None, needs_file: bool) -> str | None:
     if is_hub_source(value) and (why := source_problem(value, needs_file)):
         raise ValueError(why)
     return value
+
+
+class InstanceOnGpus(BaseModel):
+    """The settings every engine's instances share, declared once (the base of roles/NAME/settings.py's
+    instance model): no unknown key, frozen, allow_gpu_in_use, and the checks of the `listen` and `gpus` every
+    instance model declares (each with its own description, in its own place of the README table)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow_gpu_in_use: bool = Field(
+        False, description="plan on the GPUs' whole memory although processes outside v100kit use some of it now "
+                           "(they must have stopped before the instance starts); refused otherwise where the "
+                           "instance does not fit beside them")
+
+    _listen_address = field_validator("listen", check_fields=False)(listen_address)
+    _unique_gpus = field_validator("gpus", check_fields=False)(lambda v: once_each(v, "GPU"))
+
+
+class HfModelInstance(InstanceOnGpus):
+    """The base of an instance whose model is a Hugging Face directory (vLLM's, LMDeploy's): `model_path` on the
+    host, or `model_source` on the control machine (or an hf:// repository snapshot), copied to the service home."""
+
+    model_path: HostPath | None = Field(None, description="model directory already on the host")
+    model_source: str | None = Field(
+        None, pattern=r"^\S+$", description="model directory on the control machine, or a Hugging Face repository at "
+                                           "a commit: hf://ORG/REPO@COMMIT (its safetensors snapshot, fetched on "
+                                           "the control machine, HF_ENDPOINT for a mirror)")
+
+    _hub_source = field_validator("model_source")(lambda v: hub_source_check(v, needs_file=False))
 
 
 class SettingsError(Exception):

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
-from roles.settings_base import ArgWord, CudaVersion, HostPath, InstanceOnGpus, Sha256, hub_source_check, \
-    listen_address, once_each
+from roles.settings_base import ArgWord, CudaVersion, HostPath, InstanceOnGpus, Sha256, hub_source_check
 
 #: llama.cpp KV cache types (`-ctk/-ctv`), ggml type names (llama.cpp common/arg.cpp kv_cache_types).
 LlamaCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -20,8 +19,6 @@ LlamaCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl",
 class LlamaCppInstance(InstanceOnGpus):
     """One llama-server instance (systemd unit llama-server@NAME). The model is either `model_path` on the host,
     or `model_source` (URL or path on the control machine) with `model_sha256`, placed under the service home."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_path: HostPath | None = Field(None, description="GGUF file already on the host")
     model_source: str | None = Field(
@@ -100,8 +97,6 @@ class LlamaCppInstance(InstanceOnGpus):
                                                                    "--spec-draft-n-max in newer trees); needs "
                                                                    "draft_model_path")
 
-    _listen_address = field_validator("listen")(listen_address)
-    _unique_gpus = field_validator("gpus")(lambda v: once_each(v, "GPU"))
     _hub_source = field_validator("model_source")(lambda v: hub_source_check(v, needs_file=True))
 
 

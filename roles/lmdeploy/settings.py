@@ -7,28 +7,21 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field
 
 from roles.lmdeploy.planner import DEFAULT_CACHE_BLOCK_SEQ_LEN, DEFAULT_CACHE_MAX_ENTRY_COUNT
 from roles.lmdeploy.versions import DEFAULT_VERSION
-from roles.settings_base import ArgWord, HostPath, InstanceOnGpus, hub_source_check, listen_address, once_each
+from roles.settings_base import ArgWord, HfModelInstance, HostPath
 
 #: LMDeploy's own api_server port (lmdeploy/cli/serve.py --server-port default 23333)
 DEFAULT_PORT = 23333
 
 
-class LmdeployInstance(InstanceOnGpus):
+class LmdeployInstance(HfModelInstance):
     """One LMDeploy OpenAI-compatible server on its TurboMind engine (systemd unit lmdeploy@NAME). The model is a
     Hugging Face directory (config.json + *.safetensors), 4-bit AWQ/GPTQ or float16: `model_path` on the host, or
     `model_source` on the control machine, copied to the service home."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model_path: HostPath | None = Field(None, description="model directory already on the host")
-    model_source: str | None = Field(
-        None, pattern=r"^\S+$", description="model directory on the control machine, or a Hugging Face repository at "
-                                           "a commit: hf://ORG/REPO@COMMIT (its safetensors snapshot, fetched on "
-                                           "the control machine, HF_ENDPOINT for a mirror)")
     served_model_name: str | None = Field(
         None, pattern=r"^[A-Za-z0-9._/:-]+$", description="--model-name (the OpenAI model name); None: the instance name")
     port: int = Field(DEFAULT_PORT, ge=1024, le=65535,
@@ -58,10 +51,6 @@ class LmdeployInstance(InstanceOnGpus):
     extra_args: list[ArgWord] = Field(
         default_factory=list, description="further `lmdeploy serve api_server` arguments, appended as given; not a "
                                           "flag a setting owns, nor --api-keys")
-
-    _listen_address = field_validator("listen")(listen_address)
-    _unique_gpus = field_validator("gpus")(lambda v: once_each(v, "GPU"))
-    _hub_source = field_validator("model_source")(lambda v: hub_source_check(v, needs_file=False))
 
 
 class LmdeploySettings(BaseModel):

@@ -8,23 +8,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field
 
-from roles.settings_base import ArgWord, HostPath, InstanceOnGpus, hub_source_check, listen_address, once_each
+from roles.settings_base import ArgWord, HfModelInstance, HostPath
 
 
-class VllmInstance(InstanceOnGpus):
+class VllmInstance(HfModelInstance):
     """One vLLM OpenAI-compatible server (systemd unit vllm@NAME). The model is a Hugging Face directory
     (config.json + *.safetensors): `model_path` on the host, or `model_source` on the control machine, copied to
     the service home."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model_path: HostPath | None = Field(None, description="model directory already on the host")
-    model_source: str | None = Field(
-        None, pattern=r"^\S+$", description="model directory on the control machine, or a Hugging Face repository at "
-                                           "a commit: hf://ORG/REPO@COMMIT (its safetensors snapshot, fetched on "
-                                           "the control machine, HF_ENDPOINT for a mirror)")
     served_model_name: str | None = Field(
         None, pattern=r"^[A-Za-z0-9._/:-]+$", description="--served-model-name; None: the instance name")
     port: int = Field(8000, ge=1024, le=65535, description="TCP port (>= 1024: the service user cannot bind lower)")
@@ -67,10 +60,6 @@ class VllmInstance(InstanceOnGpus):
         None, pattern=r"^[A-Za-z0-9_.-]+$", description="--tool-call-parser, e.g. hermes (with enable_auto_tool_choice)")
     enable_auto_tool_choice: bool = Field(
         False, description="--enable-auto-tool-choice: the model may call tools on its own (needs tool_call_parser)")
-
-    _listen_address = field_validator("listen")(listen_address)
-    _unique_gpus = field_validator("gpus")(lambda v: once_each(v, "GPU"))
-    _hub_source = field_validator("model_source")(lambda v: hub_source_check(v, needs_file=False))
 
 
 class VllmSettings(BaseModel):
