@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from roles.lmdeploy.machine_code import check_lock
 from roles.lmdeploy.versions import LMDEPLOY_RELEASES, LOCK_DIR, LmdeployRelease
-from roles.vllm.machine_code import LockCheck, evidence_path, render_evidence, write_evidence
+from roles.vllm.machine_code import LockCheck, evidence_path, write_evidence
 from roles.vllm.versions import TORCH_SM70, UV_VERSION
-from tools.lock_vllm import compile_release_lock, describe_failure, sm70_table, torch_build
+from tools.lock_vllm import compile_release_lock, fresh_check, refused, same_as_kept, sm70_table, torch_build
 from v100kit.offline_pypi import fill_wheels
 
 WHEEL_CACHE = Path("/var/tmp/lmdeploy-dl")
@@ -77,22 +76,13 @@ def main() -> int:
                     path.write_text(text)
                     print(f"{path.name}: written")
                 continue
-            with tempfile.TemporaryDirectory() as tmp:  # the check reads the fresh lock before it is kept
-                fresh = Path(tmp, path.name)
-                fresh.write_text(text)
-                check = machine_code(fresh, args.wheel_cache)
+            check = fresh_check(path, text, lambda lock: machine_code(lock, args.wheel_cache))
             print(sm70_table([check]))
             if not check.ok:
-                print(f"{path.name}: refused, binaries without sm_70 SASS or PTX <= compute_70:\n"
-                      f"{describe_failure(check)}")
+                print(refused(path, check))
                 return 1
             if args.check:
-                same = path.is_file() and path.read_text() == text
-                evidence = evidence_path(path)
-                same_evidence = evidence.is_file() and evidence.read_text() == render_evidence(check)
-                print(f"{path.name}: {'same' if same else 'DIFFERS'}; {evidence.name}: "
-                      f"{'same' if same_evidence else 'DIFFERS'}")
-                status |= not (same and same_evidence)
+                status |= not same_as_kept(path, text, check)
             else:
                 path.write_text(text)
                 write_evidence(check, path)

@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from roles.vllm.machine_code import (LockCheck, check_lock, evidence_path, read_evidence, render_evidence,
@@ -73,6 +74,30 @@ def compile_release_lock(package: str, title: str, tool: str, release, python: s
 def machine_code(lock: Path, cache: Path) -> LockCheck:
     """The sm_70 check of one lock file (roles/vllm/machine_code.py), its wheels fetched into cache/files."""
     return check_lock(lock, cache, fill_wheels)
+
+
+def fresh_check(path: Path, text: str, check: Callable[[Path], LockCheck]) -> LockCheck:
+    """`check` (an engine's machine_code, its wheel cache given) of the lock `text` before it is kept: written under
+    path's name in a temporary directory, so that the check reads the fresh lock."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp, path.name)
+        fresh.write_text(text)
+        return check(fresh)
+
+
+def refused(path: Path, check: LockCheck) -> str:
+    """The line that refuses the lock `path` whose `check` failed, with its failing binaries."""
+    return f"{path.name}: refused, binaries without sm_70 SASS or PTX <= compute_70:\n{describe_failure(check)}"
+
+
+def same_as_kept(path: Path, text: str, check: LockCheck) -> bool:
+    """Whether the kept lock `path` and its evidence are those of a fresh run (`text`, `check`); prints which
+    differs."""
+    same = path.is_file() and path.read_text() == text
+    evidence = evidence_path(path)
+    same_evidence = evidence.is_file() and evidence.read_text() == render_evidence(check)
+    print(f"{path.name}: {'same' if same else 'DIFFERS'}; {evidence.name}: {'same' if same_evidence else 'DIFFERS'}")
+    return same and same_evidence
 
 
 def describe_failure(check: LockCheck) -> str:
@@ -162,25 +187,16 @@ def main() -> int:
                 print(f"{release.version} py{python}: torch {build[0]} cu{build[1]} has no sm_70 kernels: refused")
                 return 1
             path = release.lock_file(python)
-            with tempfile.TemporaryDirectory() as tmp:  # the check reads the fresh lock before it is kept
-                fresh = Path(tmp, path.name)
-                fresh.write_text(text)
-                check = machine_code(fresh, args.wheel_cache)
+            check = fresh_check(path, text, lambda lock: machine_code(lock, args.wheel_cache))
             if not check.ok:
-                print(f"{path.name}: refused, binaries without sm_70 SASS or PTX <= compute_70:\n"
-                      f"{describe_failure(check)}")
+                print(refused(path, check))
                 return 1
             for b in check.limits:
                 print(f"{path.name}: LIMIT {b.wheel}: {b.member} has no code for sm_70, used for "
                       f"{b.limit(release.version).split(':')[0]} (the evidence says why)")
             n = len(re.findall(r"^[A-Za-z0-9_.-]+==", text, re.M))
             if args.check:
-                same = path.is_file() and path.read_text() == text
-                evidence = evidence_path(path)
-                same_evidence = evidence.is_file() and evidence.read_text() == render_evidence(check)
-                print(f"{path.name}: {'same' if same else 'DIFFERS'}; {evidence.name}: "
-                      f"{'same' if same_evidence else 'DIFFERS'}")
-                status |= not (same and same_evidence)
+                status |= not same_as_kept(path, text, check)
             else:
                 path.write_text(text)
                 write_evidence(check, path)
