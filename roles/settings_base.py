@@ -26,6 +26,8 @@ SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/pro
 #: One command-line word of extra_args: only characters that shlex.quote leaves bare and that pass systemd's
 #: EnvironmentFile parser and its whitespace split of $VAR unchanged (no spaces, quotes, backslashes, $ or braces).
 ArgWord = Annotated[str, Field(pattern=r"^[A-Za-z0-9_@%+=:,./-]+$")]
+#: The name of an engine's instance (a key of its `*_instances` setting): it becomes a systemd unit name.
+InstanceName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")]
 
 
 def once_each(values: list | None, what: str) -> list | None:

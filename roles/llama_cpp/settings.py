@@ -10,7 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from roles.settings_base import ArgWord, CudaVersion, HostPath, InstanceOnGpus, Sha256, hub_source_check
+from roles.settings_base import (ArgWord, CudaVersion, HostPath, InstanceName, InstanceOnGpus, Sha256,
+                                 hub_source_check)
 
 #: llama.cpp KV cache types (`-ctk/-ctv`), ggml type names (llama.cpp common/arg.cpp kv_cache_types).
 LlamaCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -145,7 +146,7 @@ class LlamaCppSettings(BaseModel):
         False, description="write each request's prompt and generated tokens to the journal (llama-server -lv 5, "
                            "debug: its 'launching slot' line carries the prompt); false: -lv 4, which logs no "
                            "request text (tests/unit/test_prompt_logging.py reads each pinned tree)")
-    llama_cpp_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], LlamaCppInstance] = Field(
+    llama_cpp_instances: dict[InstanceName, LlamaCppInstance] = Field(
         default_factory=dict, description="llama-server instances by name; the role builds llama.cpp when any is set")
 
     @field_validator("llama_cpp_source_subdir")

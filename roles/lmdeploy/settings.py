@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from roles.lmdeploy.planner import DEFAULT_CACHE_BLOCK_SEQ_LEN, DEFAULT_CACHE_MAX_ENTRY_COUNT
 from roles.lmdeploy.versions import DEFAULT_VERSION
-from roles.settings_base import ArgWord, HfModelInstance, HostPath
+from roles.settings_base import ArgWord, HfModelInstance, HostPath, InstanceName
 
 #: LMDeploy's own api_server port (lmdeploy/cli/serve.py --server-port default 23333)
 DEFAULT_PORT = 23333
@@ -64,7 +64,7 @@ class LmdeploySettings(BaseModel):
         "https://pypi.org/simple", pattern=r"^https?://[^\s/]+(/\S*)?$",
         description="PyPI simple index the venv's wheels come from, or a mirror of it; every wheel's sha256 in the "
                     "lock is still required")
-    lmdeploy_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], LmdeployInstance] = Field(
+    lmdeploy_instances: dict[InstanceName, LmdeployInstance] = Field(
         default_factory=dict, description="LMDeploy servers by name; the role installs LMDeploy when any is set")
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from roles.settings_base import ArgWord, HfModelInstance, HostPath
+from roles.settings_base import ArgWord, HfModelInstance, HostPath, InstanceName
 
 
 class VllmInstance(HfModelInstance):
@@ -85,7 +85,7 @@ class VllmSettings(BaseModel):
         False, description="write each request's prompt to the journal (vLLM's request logger: "
                            "--enable-log-requests, or no --disable-log-requests where the release has only that "
                            "flag); false: the release's flag that turns it off")
-    vllm_instances: dict[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")], VllmInstance] = Field(
+    vllm_instances: dict[InstanceName, VllmInstance] = Field(
         default_factory=dict, description="vLLM servers by name; the role installs vLLM when any is set")
 
 
