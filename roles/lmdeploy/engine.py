@@ -120,5 +120,6 @@ ENGINE = Engine(
     evidence=lambda host, p: venv_evidence(host, decide.CURRENT, p.venv, decide.STAMP),
     # every instance: api_server mounts /metrics unless --disable-metrics (its parser's default is False,
     # tests/data/lmdeploy/parsed-0.15.0.json), outside its API-key check (lmdeploy/serve/openai/api_server.py)
+    scrape=lambda settings, host: sorted(settings.lmdeploy_instances.items()),
     watch=lambda p: venv_watch(ENGINE, "LMDeploy", p.venv, decide.CURRENT, decide.STAMP, [i.name for i in p.instances]),
 )
