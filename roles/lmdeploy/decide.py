@@ -20,7 +20,7 @@ from typing import Any, Callable
 from roles import planner
 from roles.engines import (compute_capability, given_gpus, gpu_count, hf_instance_model, network_listener,
                            outside_use, port_clashes, usable_mib)
-from roles.lmdeploy.flags import ServeArgs, serve_argv
+from roles.lmdeploy.flags import ServeArgs, resolve_option, serve_argv
 from roles.lmdeploy.planner import KvPlan, KvShape, plan_kv
 from roles.lmdeploy.quant import TurbomindFormat, architecture_problems, turbomind_format
 from roles.lmdeploy.versions import LMDEPLOY_RELEASES, LOCK_DIR, LmdeployRelease
@@ -59,6 +59,16 @@ OWNED_FLAGS = {"--backend": "(always turbomind)", "--model-format": "(from confi
                "--tp": "tp", "--session-len": "session_len", "--cache-max-entry-count": "cache_max_entry_count",
                "--cache-block-seq-len": "cache_block_seq_len", "--quant-policy": "quant_policy",
                "--dtype": "(always float16 on Volta)", "--max-batch-size": "max_batch_size"}
+#: api_server options that would make the instance something else than what was planned: other GPUs or hosts than its
+#: tp group (data, context and expert parallel, multi-node), another device, or /metrics gone while the monitoring
+#: role scrapes it
+PLAN_CHANGING_FLAGS = {"--dp": "data parallel runs more engines than the plan's tp GPUs",
+                       "--cp": "context parallel changes the GPUs and memory the plan gave the instance",
+                       "--ep": "expert parallel changes the GPUs and memory the plan gave the instance",
+                       "--nnodes": "the plan is for one host", "--node-rank": "the plan is for one host",
+                       "--dist-init-addr": "the plan is for one host",
+                       "--device": "the plan is for CUDA GPUs",
+                       "--disable-metrics": "the monitoring role scrapes its /metrics"}
 
 
 @dataclass(frozen=True)
@@ -203,24 +213,37 @@ def memory(key: str, inst, hf: planner.HfModel, shape: KvShape, session_len: int
 
 
 def extra_args_problems(key: str, args: list[str]) -> list[str]:
-    """A flag of extra_args a setting owns, or --api-keys (the key goes through the launcher, never argv): one
-    problem each. Read as LMDeploy 0.15.0's parser reads them: `--flag=value` counts as --flag, its
-    FlexibleArgumentParser turns `_` into `-` in a `--` flag's name (lmdeploy/cli/utils.py:829-850), and argparse takes
-    a unique prefix of a long option for it (--ap... is --api-keys: no other option of api_server starts so)."""
+    """One problem per word of extra_args that LMDeploy 0.15.0's parser would refuse, or take for a flag a setting
+    owns, --api-keys (the key goes through the launcher, never argv), or a flag that changes what was planned
+    (PLAN_CHANGING_FLAGS). Read as that parser reads them: `--flag=value` counts as --flag, its FlexibleArgumentParser
+    turns `_` into `-` in a `--` flag's name (lmdeploy/cli/utils.py:829-850), and argparse takes a unique prefix of a
+    long option for it (flags.resolve_option: --server-p is --server-port, --ap is --api-keys). Words not starting
+    with `--` are values."""
     problems = []
     for word in args:
-        flag = word.split("=", 1)[0]
-        if flag.startswith("--"):
-            flag = "--" + flag[2:].replace("_", "-")
-        if flag in OWNED_FLAGS:
-            problems.append(problem(f"{key}.extra_args", word, "set by the toolkit", f"use the setting "
-                                    f"{OWNED_FLAGS[flag]}" if not OWNED_FLAGS[flag].startswith("(") else
-                                    f"remove it {OWNED_FLAGS[flag]}"))
-        elif len(flag) > 3 and "--api-keys".startswith(flag):
-            # the flag alone: a word `--api-keys=KEY` would put the key into the refusal
-            problems.append(problem(f"{key}.extra_args", flag, "LMDeploy reads it as --api-keys, and a key on the "
+        if not word.startswith("--") or word == "--":
+            continue
+        flag = "--" + word.split("=", 1)[0][2:].replace("_", "-")
+        option, candidates = resolve_option(flag)
+        # the flag alone in a refusal where the word could carry a key (`--api-keys=KEY`, `--ap=KEY`)
+        shown = flag if option == "--api-keys" or "--api-keys" in candidates else word
+        if option is None:
+            problems.append(problem(f"{key}.extra_args", shown, "LMDeploy 0.15.0's api_server would refuse it: "
+                                    + (f"it is short for each of {', '.join(candidates)}" if candidates else
+                                       "it has no such option"),
+                                    "spell the option out" if candidates else "remove it (`lmdeploy serve api_server "
+                                    "--help` in the venv lists the options)"))
+        elif option in OWNED_FLAGS:
+            owner = OWNED_FLAGS[option]
+            problems.append(problem(f"{key}.extra_args", shown, f"set by the toolkit ({option})",
+                                    f"remove it {owner}" if owner.startswith("(") else f"use the setting {owner}"))
+        elif option == "--api-keys":
+            problems.append(problem(f"{key}.extra_args", shown, "LMDeploy reads it as --api-keys, and a key on the "
                                     "command line is readable by every local user (/proc/PID/cmdline)",
                                     "set api_key_file"))
+        elif option in PLAN_CHANGING_FLAGS:
+            problems.append(problem(f"{key}.extra_args", shown, f"{option}: {PLAN_CHANGING_FLAGS[option]}",
+                                    "remove it"))
     return problems
 
 

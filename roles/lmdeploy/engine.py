@@ -118,8 +118,10 @@ ENGINE = Engine(
     # the current link points at the planned venv, installed and checked (its stamp, written after check_venv.py)
     doctor=lambda p, ev: venv_in_use("LMDeploy", p.venv, ev.get("current"), ev.get("stamped", False)),
     evidence=lambda host, p: venv_evidence(host, decide.CURRENT, p.venv, decide.STAMP),
-    # every instance: api_server mounts /metrics unless --disable-metrics (its parser's default is False,
-    # tests/data/lmdeploy/parsed-0.15.0.json), outside its API-key check (lmdeploy/serve/openai/api_server.py)
+    # every instance: api_server mounts /metrics unless --disable-metrics (serve.py: enable_metrics=not
+    # args.disable_metrics, False by default: tests/data/lmdeploy/parsed-0.15.0.json; extra_args cannot set it), behind
+    # the API key where one is set (serve/utils/server_utils.py AuthenticationMiddleware skips only /health, /docs,
+    # /redoc, /nodes; v0.15.0): a keyed instance's job reads its credentials file
     scrape=lambda settings, host: sorted(settings.lmdeploy_instances.items()),
     watch=lambda p: venv_watch(ENGINE, "LMDeploy", p.venv, decide.CURRENT, decide.STAMP, [i.name for i in p.instances]),
 )

@@ -21,6 +21,41 @@ from roles.lmdeploy.planner import DEFAULT_CACHE_BLOCK_SEQ_LEN, DEFAULT_CACHE_MA
 from roles.lmdeploy.quant import TurbomindFormat
 
 
+#: Every long option of `lmdeploy serve api_server` in LMDeploy 0.15.0, as its parser defines them
+#: (lmdeploy/cli/serve.py SubCliServe.add_parser_api_server with cli/utils.py ArgumentHelper, tag v0.15.0; read with
+#: the parser built from that source). tests/unit/test_lmdeploy_flags.py checks it against the namespace the
+#: release's own wheel parsed (tests/data/lmdeploy/parsed-0.15.0.json). extra_args are read against it as argparse
+#: reads them: an exact option, else a unique prefix of one (allow_abbrev, argparse's default).
+API_SERVER_OPTIONS = (
+    "--adapters", "--allow-credentials", "--allow-headers", "--allow-methods", "--allow-origins",
+    "--allow-terminate-by-client", "--allowed-media-domains", "--api-keys", "--async", "--backend",
+    "--cache-block-seq-len", "--cache-max-entry-count", "--chat-template", "--communicator", "--cp",
+    "--cudagraph-capture-batch-sizes", "--device", "--disable-fastapi-docs", "--disable-metrics", "--dist-init-addr",
+    "--distributed-executor-backend", "--dllm-block-length", "--dllm-confidence-threshold", "--dllm-denoising-steps",
+    "--dllm-unmasking-strategy", "--download-dir", "--dp", "--dtype", "--eager-mode", "--enable-abort-handling",
+    "--enable-eplb", "--enable-microbatch", "--enable-prefix-caching", "--enable-return-routed-experts", "--ep",
+    "--generation-config", "--help", "--hf-overrides", "--kernel-block-size", "--language-model-only", "--log-level",
+    "--logprobs-mode", "--max-batch-size", "--max-concurrent-requests", "--max-log-len", "--max-prefill-iters",
+    "--max-prefill-token-num", "--migration-backend", "--model-format", "--model-name", "--nnodes", "--node-rank",
+    "--num-tokens-per-iter", "--prefix-cache-decode-state-interval", "--prefix-cache-state-budget", "--proxy-url",
+    "--quant-policy", "--reasoning-parser", "--revision", "--role", "--rope-scaling-factor", "--server-name",
+    "--server-port", "--session-len", "--speculative-algorithm", "--speculative-draft-model",
+    "--speculative-num-draft-tokens", "--ssl", "--tool-call-parser", "--tp", "--trust-remote-code",
+    "--vision-max-batch-size",
+)
+
+
+def resolve_option(flag: str) -> tuple[str | None, list[str]]:
+    """What LMDeploy 0.15.0's api_server parser takes the long option word `flag` ('--server-p', without '=value';
+    '_' already read as '-') for: (the option, []) for an exact option or a unique prefix of one; (None, the options
+    it is a prefix of) when ambiguous (argparse: "ambiguous option"); (None, []) when no option starts so (argparse:
+    "unrecognized arguments")."""
+    if flag in API_SERVER_OPTIONS:
+        return flag, []
+    found = [o for o in API_SERVER_OPTIONS if o.startswith(flag)]
+    return (found[0], []) if len(found) == 1 else (None, found)
+
+
 @dataclass(frozen=True)
 class ServeArgs:
     """What one instance's command line says. model: the model directory on the host (absolute); served_name:

@@ -80,9 +80,12 @@ def turbomind_format(config: dict[str, Any], key: str = "lmdeploy_instances.mode
         problems.append(problem(key, f"{method} group_size {group}", "TurboMind accepts group size "
                                 f"{', '.join(map(str, sorted(SUPPORTED_GROUP_SIZES[method])))} for {method} "
                                 "(lmdeploy/turbomind/converter.py _SUPPORTED_GROUP_SIZES)", fix_other))
-    if method == "awq" and qc.get("version", "gemm") != "gemm":
+    if method == "awq" and qc.get("version") != "gemm":  # absent too: LMDeploy reads it with .get('version')
         problems.append(problem(key, f"awq version {qc.get('version')}", "TurboMind loads AWQ's GEMM packing "
-                                "only (converter.py: assert version == 'gemm')", fix_other))
+                                "only (converter.py: version = quant_config.get('version'); assert version == "
+                                "'gemm'), and config.json's quantization_config " + ("says another" if "version" in qc
+                                                                                     else "names none"),
+                                fix_other))
     if method == "gptq" and (qc.get("desc_act", False) or not qc.get("sym", True)):
         problems.append(problem(key, f"gptq desc_act {qc.get('desc_act', False)} sym {qc.get('sym', True)}",
                                 "TurboMind loads GPTQ without act-order and symmetric only (converter.py: "

@@ -24,8 +24,9 @@ tools/server/server-http.cpp: only /health and /v1/health are public; the key is
 or `X-Api-Key`), so the generated scrape job reads it from a credentials_file on the Prometheus server
 (`authorization: {credentials_file: ...}`: never in a URL or an argument). vLLM checks its key on /v1 only: its
 /metrics answers without one (the README's vLLM section); a keyed vLLM instance's job gets the credentials file all
-the same, harmless there. LMDeploy's api_server mounts /metrics outside its API-key check unless --disable-metrics
-(lmdeploy/serve/openai/api_server.py mount_metrics; 0.15.0's parser defaults it to False). Which instances are
+the same, harmless there. LMDeploy's api_server mounts /metrics unless --disable-metrics (0.15.0:
+cli/serve.py enable_metrics=not args.disable_metrics) and, with --api-keys, asks the key there as on /v1
+(serve/utils/server_utils.py AuthenticationMiddleware skips only /health, /docs, /redoc, /nodes), as llama-server does. Which instances are
 scraped is each registered engine's Engine.scrape; what the box's doctor expects of an engine, its Engine.watch.
 """
 

@@ -45,6 +45,8 @@ def test_fp8_is_refused_on_volta_with_the_fix():
 def test_what_turbomind_asserts_against_is_refused_before_the_host():
     cases = {"gptq bits 8": GPTQ_INT8, "group_size 64": {**AWQ, "group_size": 64},
              "version gemv": {**AWQ, "version": "gemv"}, "desc_act True": {**GPTQ, "desc_act": True},
+             # converter.py reads quant_config.get('version') and asserts it is 'gemm': absent fails as well
+             "awq version None": {k: v for k, v in AWQ.items() if k != "version"},
              "sym False": {**GPTQ, "sym": False}, "quant_method bitsandbytes": {"quant_method": "bitsandbytes"}}
     for needle, qc in cases.items():
         fmt, problems = turbomind_format({"quantization_config": qc})

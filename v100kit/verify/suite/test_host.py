@@ -191,7 +191,9 @@ def test_instance_api_keys_root_only(host, target):
 
 
 def health(host, service) -> str:
-    url = f"http://{service.address}:{service.port}{service.health_path}"
+    # an IPv6 literal goes in brackets in a URL (RFC 3986 3.2.2): curl refuses http://::1:PORT/ as malformed
+    address = f"[{service.address}]" if ":" in service.address else service.address
+    url = f"http://{address}:{service.port}{service.health_path}"
     return host.run(f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 10 {url}").stdout.strip()
 
 
