@@ -134,6 +134,8 @@ class Engine:
     #: quant_fix(quant_method, bits, (major, minor) compute capability) -> the words that offer this engine for a
     #: checkpoint another engine refuses (None: it cannot run it either); read by the other engines' refusals
     quant_fix: Callable[[str, int | None, tuple[int, int]], str | None] = field(default=lambda method, bits, cc: None)
+    #: what one instance's claim on a GPU is made of, for the refusal of an over-claimed GPU
+    claim_words: str = "its planned memory"
     #: the HTTP path `verify` asks each instance (GET; 200: the model is loaded and the server answers)
     health_path: str = "/health"
     #: True where the unit waits for a GPU (ConditionPathExistsGlob=/proc/driver/nvidia/gpus/*): `verify` then asks
@@ -456,8 +458,8 @@ def gpu_sum_problems(claims: dict[int, list[tuple[str, int | None]]], memory: Ma
         why = (f"{' and '.join(units)} claim{'s' if len(units) == 1 else ''} {total / MIB:.0f} MiB of GPU {g}'s "
                f"{memory.get(g, 0)} MiB" + (" together" if len(units) > 1 else "") + f" ({shown})"
                + (f" with {outside_words[g]}" if outside_words and outside_words.get(g) else "")
-               + " (llama-server's planned total, vLLM's gpu_memory_utilization share with its CUDA context and graphs"
-               " outside it): the last to start runs out of memory")
+               + f" ({', '.join(e.claim_words for e in registered() if any(engine_of_unit(u) is e for u in units))})"
+               ": the last to start runs out of memory")
         problems.append(problem(keys, f"GPU {g}", why, "; or ".join(fixes)))
     return problems
 

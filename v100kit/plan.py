@@ -1,7 +1,7 @@
 """v100kit plan INVENTORY [--json] [--limit HOST ...]: what each host would get, changing nothing.
 
 Per host: the OS, the pinned driver, the CUDA toolkits, the llama.cpp build (and its compile jobs), the vLLM release and venv, and per
-llama-server@NAME / vllm@NAME instance the planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
+instance of each engine (llama-server@NAME, vllm@NAME, lmdeploy@NAME) its planner's memory plan (weights, KV cache, compute buffers, CUDA context per GPU against the VRAM budget, the
 largest context that fits, layers that would run on the CPU, the decode ceiling in tokens/s), and warnings (a
 bf16-trained model served in fp16 below compute capability 8.0: overflow risk). A host whose settings are refused
 prints the refusal; with --json a host without a plan is {"error": "unreachable"|"refused"|"failed", "cause": ..., "problems": [...]}.

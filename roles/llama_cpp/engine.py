@@ -148,6 +148,7 @@ ENGINE = Engine(
     bench=BENCH,
     deploy="roles.llama_cpp.deploy:deploy_engine",
     # llama-server answers /health with 200 once its model is loaded (tools/server/README.md), also on the CPU
+    claim_words="llama-server's planned total",
     health_path="/health", needs_gpu=False,
     doctor=_doctor, evidence=_evidence,
     # llama-server serves /metrics only with `metrics` (its --metrics flag)

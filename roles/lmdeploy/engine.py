@@ -114,6 +114,7 @@ ENGINE = Engine(
     deploy="roles.lmdeploy.deploy:deploy_engine",
     quant_fix=_quant_fix,
     # api_server's GET /health answers 200 (lmdeploy/serve/openai/api_server.py `health`); its unit waits for a GPU
+    claim_words="LMDeploy's weights and CUDA context, and cache_max_entry_count of what is free after them",
     health_path="/health", needs_gpu=True,
     # the current link points at the planned venv, installed and checked (its stamp, written after check_venv.py)
     doctor=lambda p, ev: venv_in_use("LMDeploy", p.venv, ev.get("current"), ev.get("stamped", False)),

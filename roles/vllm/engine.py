@@ -111,6 +111,7 @@ ENGINE = Engine(
     bench=BENCH,
     deploy="roles.vllm.deploy:deploy_engine",
     # the OpenAI server answers /health with 200 once the engine runs; its unit waits for a GPU
+    claim_words="vLLM's gpu_memory_utilization share with its CUDA context and graphs outside it",
     health_path="/health", needs_gpu=True,
     # the current link points at the planned venv, installed and checked (its stamp); a Ray worker's too
     doctor=lambda p, ev: venv_in_use("vLLM", p.venv, ev.get("current"), ev.get("stamped", False)),

@@ -126,3 +126,15 @@ def test_plan_level_shared_gpu_overfilled_by_both_engines_is_refused_before_any_
                                                                     "sha256": [f"{sha}  /var/lib/llm/models/tiny.gguf"]},
                          stops_early=True)
     assert [c for c in cmds if "llama-server@a" in str(c)]
+
+
+def test_the_refusal_says_what_each_engine_on_the_gpu_claims_and_only_those():
+    """Each engine's words (Engine.claim_words) for the instances on the over-claimed GPU: two LMDeploy instances
+    are explained by LMDeploy's rule, not by llama-server's and vLLM's."""
+    claims = {0: [("lmdeploy@a", 20 * 2**30), ("lmdeploy@b", 20 * 2**30)]}
+    (p,) = gpu_sum_problems(claims, one(V100_32GB_MIB))
+    assert "cache_max_entry_count of what is free" in p and "gpu_memory_utilization" not in p
+    assert "llama-server's planned total" not in p
+    claims = gpu_claims([("llama-server@a", None, int(14.5 * GB))], [("vllm@b", None, 1, 0.9, 0)], one(V100_32GB_MIB))
+    (p,) = gpu_sum_problems(claims, one(V100_32GB_MIB))
+    assert "(llama-server's planned total, vLLM's gpu_memory_utilization share" in p
