@@ -278,11 +278,18 @@ def instance(name: str, inst, settings, gpus: list[GpuInfo],
     model_path, files_, config, hf, more = model(key, inst, name, settings.base_service_home, host_model)
     problems += more
     fmt, mem, session_len = TurbomindFormat(None), None, inst.session_len or DEFAULT_SESSION_CAP
+    warnings: list[str] = []
     if config is not None and hf is not None:
         found, more = turbomind_format(config, f"{key}.model_{'source' if inst.model_source else 'path'}")
         problems += more + architecture_problems(config, f"{key}.model_{'source' if inst.model_source else 'path'}")
         fmt = found or fmt
         session_len = inst.session_len or min(hf.max_position_embeddings or DEFAULT_SESSION_CAP, DEFAULT_SESSION_CAP)
+        trained = hf.derived_max_len or hf.max_position_embeddings
+        if trained and session_len > trained:
+            # LMDeploy accepts it; vLLM refuses the same (its derived max model len, roles/planner/messages.py)
+            warnings.append(f"{UNIT}@{name}: session_len {session_len} is beyond the {trained} positions the model "
+                            "was trained for (config.json max_position_embeddings, with its rope_scaling): replies "
+                            "past them degrade; lower session_len, or use a model with rope_scaling for it")
         try:
             shape = KvShape.from_config(config)
         except (KeyError, TypeError, ValueError) as e:
@@ -294,7 +301,7 @@ def instance(name: str, inst, settings, gpus: list[GpuInfo],
         elif shape is not None and found is not None and inst.tp <= visible:
             mem, more = memory(key, inst, hf, shape, session_len, group, settings.gpu_memory_mib)
             problems += more
-    return Instance(name, inst, model_path, files_, fmt, session_len, api_key, mem), problems
+    return Instance(name, inst, model_path, files_, fmt, session_len, api_key, mem, tuple(warnings)), problems
 
 
 def plan(settings, host_python: str | None, gpus: list[GpuInfo], driver_version: str | None,

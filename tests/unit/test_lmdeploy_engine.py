@@ -74,3 +74,18 @@ def test_the_bench_reads_the_tensor_parallel_size_from_each_engine_s_own_setting
     assert ENGINE.bench.tensor_parallel(inst) == 2
     vinst = type("Inst", (), {"settings": VllmInstance(model_path="/srv/m", tensor_parallel_size=2)})()
     assert VLLM.bench.tensor_parallel(vinst) == 2
+
+
+def test_a_session_len_beyond_the_trained_positions_is_a_warning_of_the_plan(tmp_path):
+    """LMDeploy accepts a session_len past config.json's max_position_embeddings (vLLM refuses the same): the plan
+    says so in preflight's warnings instead of staying silent."""
+    from lab.models import HF_CONFIG
+
+    model = write_tiny_hf(tmp_path / "m")
+    trained = HF_CONFIG["max_position_embeddings"]
+    for session_len, warned in ((trained, False), (trained * 4, True)):
+        s = settings_of({"lmdeploy_instances": {"q": {"model_source": str(model), "session_len": session_len}}})
+        p, problems = ENGINE.plan(PlanInputs(s, [], [], None, None, {}, lambda cls, **kw: "3.13"))
+        assert problems == [] and bool(ENGINE.notes(p)) == warned, ENGINE.notes(p)
+    [note] = ENGINE.notes(p)
+    assert f"session_len {trained * 4} is beyond the {trained} positions" in note and note.startswith("lmdeploy@q")
