@@ -280,8 +280,9 @@ def instance(name: str, inst, settings, gpus: list[GpuInfo],
     fmt, mem, session_len = TurbomindFormat(None), None, inst.session_len or DEFAULT_SESSION_CAP
     warnings: list[str] = []
     if config is not None and hf is not None:
-        found, more = turbomind_format(config, f"{key}.model_{'source' if inst.model_source else 'path'}")
-        problems += more + architecture_problems(config, f"{key}.model_{'source' if inst.model_source else 'path'}")
+        chosen = f"{key}.model_{'source' if inst.model_source else 'path'}"  # the setting that named the model
+        found, more = turbomind_format(config, chosen)
+        problems += more + architecture_problems(config, chosen)
         fmt = found or fmt
         session_len = inst.session_len or min(hf.max_position_embeddings or DEFAULT_SESSION_CAP, DEFAULT_SESSION_CAP)
         trained = hf.derived_max_len or hf.max_position_embeddings
