@@ -2,8 +2,10 @@
 without systemd: a localhost inventory (pyinfra's @local), the API key file, the service user, the model at the
 planned path, and the role's rendered EnvironmentFile and key file (roles/llama_cpp/decide.py environment, ops.py
 instance_config's format), from the same preflight the deploy runs. Prints the plan.
-usage: [DRY=1] [CONTEXT=N] [PARALLEL=N] instance.py MODEL.gguf STATE_DIR (DRY: print the plan, change nothing;
-CONTEXT / PARALLEL: the instance's context and parallel settings; unset: the toolkit's defaults)"""
+usage: [DRY=1] [CONTEXT=N] [PARALLEL=N] [ALLOW_GPU_IN_USE=0] [PLAN_JSON=PATH] instance.py MODEL.gguf STATE_DIR
+(DRY: print the plan, change nothing; CONTEXT / PARALLEL: the instance's context and parallel settings; unset: the
+toolkit's defaults; ALLOW_GPU_IN_USE=0: plan around the memory other processes hold (tools/gpu/freemem/go.sh), not
+the bench's allow_gpu_in_use; PLAN_JSON: also write v100kit plan's summary of the host there, as JSON)"""
 
 import hashlib
 import os
@@ -29,7 +31,7 @@ gpu = [("@local", {{
         "port": 8080, "api_key_file": "{key}",
         # the systemctl stand-in starts llama-server outside any systemd unit, so the bench's preflight cannot tell
         # it from another user's process (roles/engines.py OWN_UNIT reads the unit from the process's cgroup)
-        "allow_gpu_in_use": True,{"".join(f' "{k.lower()}": {int(os.environ[k])},'
+        "allow_gpu_in_use": {os.environ.get("ALLOW_GPU_IN_USE", "1") != "0"},{"".join(f' "{k.lower()}": {int(os.environ[k])},'
                                                  for k in ("CONTEXT", "PARALLEL") if os.environ.get(k))}
     }}}},
 }})]
@@ -45,6 +47,9 @@ if isinstance(result, HostFailure):
     sys.exit(f"the preflight refused this machine ({result.error}):\n{result.cause}")
 summary, plan = result
 print(table({"@local": summary}))
+if os.environ.get("PLAN_JSON"):
+    import json
+    Path(os.environ["PLAN_JSON"]).write_text(json.dumps(summary, indent=2, default=str))
 if os.environ.get("DRY"):  # a check of the inventory and the preflight alone, changing nothing
     sys.exit(0)
 inst = plan.llama_cpp.instances[0]
