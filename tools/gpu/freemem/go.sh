@@ -49,7 +49,7 @@ g = plan["gpus"]["0"]
 held, started = row("held"), row("started")
 plan_free = g["memory_mib"] - g["outside_v100kit_mib"]
 smi_free = int(held["memory.free"])
-inst = plan["instances"]["llama-server@bench"]
+inst = plan["instances"]["llama-server@bench"]["plan"] or {}  # plan_row: outcome, total_mib, budget_mib
 print(f"nvidia-smi with the holder: used {held['memory.used']} free {held['memory.free']} MiB; "
       f"plan: usable {g['memory_mib']} MiB, outside v100kit {g['outside_v100kit_mib']} MiB "
       f"({g['outside_v100kit_why']}) -> free {plan_free} MiB")
