@@ -107,6 +107,7 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
         "architectures": sorted(facts.architectures),
         "server_flags": sorted(facts.server_flags),
         "llama_version": list(facts.llama_version) if facts.llama_version else None,
+        "log_verbosity": facts.log_verbosity,
         "sources": {
             "url": f"PyPI JSON API {api}: the sdist's url",
             "sha256": f"PyPI JSON API {api}: the sdist's digests.sha256",
@@ -118,6 +119,8 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
             "server_flags": "common/arg.cpp common_params_parser_init (options kept for LLAMA_EXAMPLE_SERVER, less "
                             "arg_removed ones; roles/llama_cpp/tree.py server_flags)",
             "llama_version": "CMakeLists.txt set(LLAMA_VERSION_MAJOR/MINOR/PATCH) (roles/llama_cpp/tree.py llama_version)",
+            "log_verbosity": "common/log.h LOG_DBG and common/log.cpp / LOG_DEFAULT_LLAMA (roles/llama_cpp/tree.py "
+                             "log_verbosity)",
             "matrix": "roles/llama_cpp/attention.py matrix (each cell: its sources entry)",
         },
         "matrix": m,

@@ -142,6 +142,7 @@ class Instance:
     serving: serving.Serving | None = None  # slots, context per request and KV pool (None: settings as given)
     server_flags: frozenset[str] | None = None  # the tree's llama-server flags (roles/llama_cpp/flags.py spellings)
     parts: tuple[ModelPart, ...] = ()  # parts 2..N of a split GGUF model_source, placed beside model_path
+    log_verbosity: int | None = None  # the tree's quiet -lv (tree.py log_verbosity); None: unknown, VERBOSITY
 
     @property
     def n_gpu_layers(self) -> int:
@@ -163,7 +164,7 @@ class LlamaCppPlan:
     instances: tuple[Instance, ...]
     gpu_visible: bool = False  # a GPU answers nvidia-smi: after each (re)start the deploy checks it serves from it
     notes: tuple[str, ...] = ()  # choices the plan made that the operator should see (logged by roles/preflight.py)
-    log_requests: bool = False  # llama_cpp_log_requests: -lv 5 (request text in the journal) instead of -lv 4
+    log_requests: bool = False  # llama_cpp_log_requests: each prompt to a file (--log-prompts-dir prompt_log_dir)
 
     @property
     def archive(self) -> str:
@@ -208,12 +209,13 @@ def tree_of(src: Source, settings: Settings, read_archive: bool = True) -> Tree:
     all_quants = settings.llama_cpp_fa_all_quants
     if src.fa_form is not None or src.architectures is not None:
         return Tree(src.ref, src.architectures, src.fa_form, all_quants, server_flags=src.server_flags,
-                    llama_version=src.llama_version)
+                    llama_version=src.llama_version, log_verbosity=src.log_verbosity)
     if read_archive and not is_url(src.url) and Path(src.url).is_file():
         try:
             facts = read_tree(Path(src.url), src.subdir)
             return Tree(src.ref, facts.architectures, facts.fa_form, all_quants,
-                        server_flags=facts.server_flags or None, llama_version=facts.llama_version)
+                        server_flags=facts.server_flags or None, llama_version=facts.llama_version,
+                        log_verbosity=facts.log_verbosity)
         except (OSError, ValueError):  # not a llama.cpp tree we can read: unknown, and said so where it matters
             pass
     return Tree(src.ref, None, None, all_quants)
@@ -477,6 +479,7 @@ class Tree:
     cuda_version: str | None = None  # the toolkit it is built with: the CUDA context's size depends on it
     server_flags: frozenset[str] | None = None  # llama-server's flags in this tree (common/arg.cpp); None: unknown
     llama_version: tuple[int, int, int] | None = None  # llama.cpp's own version (CMakeLists.txt); None: unknown
+    log_verbosity: int | None = None  # -lv printing the load report and no debug line (tree.py); None: unknown
 
     @property
     def can_unify(self) -> bool:
@@ -616,7 +619,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
     more += extra_args_problems(f"{key}.extra_args", inst.extra_args, tree.server_flags) + typed_problems(
         key, inst, tree.server_flags, len(inst.gpus) if inst.gpus else gpu_count(settings, gpus))
     return (Instance(name, inst, model_path, model_source, api_key, memory, chosen.kv, gpu_layers, chosen,
-                     tree.server_flags, parts), problems + more)
+                     tree.server_flags, parts, tree.log_verbosity), problems + more)
 
 
 def flash_attn_problems(instances: list[Instance]) -> list[str]:
@@ -677,7 +680,7 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
                                           [g["compute_cap"] for g in gpus] or [settings.gpu_compute_capability])
     # an archive that failed its checksum is not read: its facts would be another tree's
     tree = replace(tree_of(src, settings, read_archive=not file_problems), cuda_version=tk.version if tk else None)
-    problems += known_bad_tree_problems(settings, tree, archs)
+    problems += known_bad_tree_problems(settings, tree, archs) + prompt_log_problems(settings, tree)
     items = sorted(settings.llama_cpp_instances.items())
     clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")
     # instances sized as set first, within what their GPUs have; then the others within what those leave
@@ -742,18 +745,40 @@ def environment(inst: Instance, flash_attn_style: str, log_requests: bool = Fals
     return env
 
 
-#: llama-server's log verbosity (-lv): 4 (trace) prints llama.cpp's load report, which the GPU check reads, and no
-#: request text; 5 (debug) adds the server's SLT_DBG/SRV_DBG lines, among them "launching slot : {...}" whose JSON
-#: carries the detokenized prompt, and each generated token's text (the 0.3.36 tree's tools/server/server-context.cpp
-#: and server-common.h: SLT_DBG is LOG_DBG, LOG_LEVEL_DEBUG 5 in common/log.h). tests/unit/test_prompt_logging.py reads
-#: every pinned tree found on the machine for it.
-VERBOSITY_QUIET, VERBOSITY_REQUESTS = 4, 5
+#: llama-server's log verbosity (-lv) where the tree's is not known (an unpinned source): 4, the 0.3.36 tree's. Each
+#: pin has its own (files/llama_cpp/<ref>.json log_verbosity, read from its common/log.h by tree.py log_verbosity):
+#: the highest that prints llama.cpp's load report, which the GPU check reads, and no debug line, where request
+#: text is (0.3.36: 4, its LOG_DBG is 5; 0.3.16: 0, its LOG_DBG is 1 and logs every request body).
+#: tests/unit/test_prompt_logging.py reads every pinned tree for it.
+VERBOSITY = 4
+#: llama_cpp_log_requests: llama-server's own prompt log, one file per request (<ms since the epoch>.txt, the prompt
+#: as sent) in the directory it names (common/arg.cpp --log-prompts-dir, written in tools/server/server-context.cpp
+#: handle_completions_impl; the 0.3.36 tree; 0.3.16 has no such flag). The unit's LogsDirectory= makes the
+#: directory per instance, owned by the service user, mode 0700.
+PROMPT_LOG_FLAG, PROMPT_LOG_ROOT = "--log-prompts-dir", "/var/log/llama-server"
+
+
+def prompt_log_dir(name: str) -> str:
+    """Where llama_cpp_log_requests puts instance `name`'s prompts: PROMPT_LOG_ROOT/NAME (the unit's
+    LogsDirectory=llama-server/%i)."""
+    return f"{PROMPT_LOG_ROOT}/{name}"
+
+
+def prompt_log_problems(settings: Settings, tree: Tree) -> list[str]:
+    """llama_cpp_log_requests: true needs a tree whose llama-server has --log-prompts-dir: [] or one problem naming
+    the setting, the pin and the fix. A tree whose flags are unknown (an unpinned source) is not refused here."""
+    if not settings.llama_cpp_log_requests or tree.server_flags is None or PROMPT_LOG_FLAG in tree.server_flags:
+        return []
+    return [problem("llama_cpp_log_requests", True,
+                    f"the pinned llama.cpp ({tree.ref}) has no {PROMPT_LOG_FLAG}, where llama-server writes each "
+                    f"prompt (its debug log does not carry them)",
+                    "set llama_cpp_ref to a pin that has it (pypi-0.3.36), or llama_cpp_log_requests: false")]
 
 
 def server_args(inst: Instance, flash_attn_style: str, log_requests: bool = False) -> str:
     """The llama-server command line of one instance, shell-quoted (without the API key, which comes from the
-    environment). `log_requests` (llama_cpp_log_requests): -lv VERBOSITY_REQUESTS, each request's prompt and
-    generated text into the journal; else -lv VERBOSITY_QUIET, none.
+    environment). -lv the tree's quiet verbosity (VERBOSITY where unknown): the journal gets no request text. `log_requests` (llama_cpp_log_requests):
+    --log-prompts-dir prompt_log_dir(NAME), one file per request holding its prompt.
 
     Builds that take a bare `-fa` have no `auto`: there auto means on when the V cache is quantized (which needs
     flash attention; Volta has it: docs/volta.md §5), off otherwise."""
@@ -784,7 +809,9 @@ def server_args(inst: Instance, flash_attn_style: str, log_requests: bool = Fals
     # llama.cpp's own load report (CUDA devices, "offloaded N/M layers to GPU", KV and compute buffer sizes) is
     # library INFO, which newer trees log only from verbosity 4 (common/log.cpp common_log_get_verbosity): the
     # deploy's GPU check and the doctor read it from the journal
-    args += ["-lv", str(VERBOSITY_REQUESTS if log_requests else VERBOSITY_QUIET)]
+    args += ["-lv", str(VERBOSITY if inst.log_verbosity is None else inst.log_verbosity)]
+    if log_requests:
+        args += [PROMPT_LOG_FLAG, prompt_log_dir(inst.name)]
     # extra_args last: a flag there missing its value cannot take one of the toolkit's own (the check knows flag
     # names, not how many values each takes)
     args += list(s.extra_args)

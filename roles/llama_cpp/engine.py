@@ -64,8 +64,9 @@ def _memory_line(inst: str, d: dict, p: dict) -> str:
 
 
 def _request_logging(p: LlamaCppPlan) -> tuple[str, str]:
-    return UNIT, ("on: each request's prompt and generated tokens go to the journal (-lv 5; "
-                  f"journalctl -u {UNIT}@NAME)" if p.log_requests else "off: -lv 4 logs no request text")
+    return UNIT, (f"on: each request's prompt goes to a file in {decide.prompt_log_dir('NAME')}/ (--log-prompts-dir, "
+                  "directory 0700 of the service user); the journal gets none (-lv 4)" if p.log_requests else
+                  "off: no prompt file, and -lv 4 logs no request text")
 
 
 def _sweep(plan, inst) -> tuple[str, str, str]:

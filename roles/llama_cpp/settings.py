@@ -143,9 +143,9 @@ class LlamaCppSettings(BaseModel):
         600, ge=10, le=7200, description="after a (re)start on a GPU host, how long the deploy waits for /health "
                                          "before it checks that the server runs on the GPU (loading reads the model)")
     llama_cpp_log_requests: bool = Field(
-        False, description="write each request's prompt and generated tokens to the journal (llama-server -lv 5, "
-                           "debug: its 'launching slot' line carries the prompt); false: -lv 4, which logs no "
-                           "request text (tests/unit/test_prompt_logging.py reads each pinned tree)")
+        False, description="write each request's prompt to a file in /var/log/llama-server/NAME/ (llama-server "
+                           "--log-prompts-dir; the directory 0700, the service user's; pins that have the flag: "
+                           "pypi-0.3.36); either way the journal gets no request text (-lv 4)")
     llama_cpp_instances: dict[InstanceName, LlamaCppInstance] = Field(
         default_factory=dict, description="llama-server instances by name; the role builds llama.cpp when any is set")
 

@@ -28,6 +28,9 @@ CMAKE_TOP = "CMakeLists.txt"
 REQUIRED = (ARCH_CPP, ARG_CPP, CUDA_CU, COMMON_CUH, FATTN_CU, CONTEXT_CPP, GRAPH_CPP, CMAKE_GGML)
 #: Members some forms read; a tree without one of them is not of that form.
 OPTIONAL = ("ggml/src/ggml-cuda/fattn-wmma-f16.cu", "ggml/src/ggml-cuda/fattn-tile.cu", CMAKE_TOP)
+LOG_H, LOG_CPP = "common/log.h", "common/log.cpp"
+#: Members only log_verbosity reads (absent: the verbosity is unknown).
+LOGGING = (LOG_H, LOG_CPP)
 
 #: The arch enum entries of LLM_ARCH_NAMES that are no loadable model: LLM_ARCH_UNKNOWN ("(unknown)";
 #: src/llama-model.cpp load_arch throws for it) and LLM_ARCH_CLIP (src/llama.cpp llama_model_load: "CLIP cannot be used as main model").
@@ -86,7 +89,8 @@ class TreeFacts:
     fa_quants_options: the CMake options of ggml/CMakeLists.txt that pick the FA vector kernels' K/V types
     (GGML_CUDA_FA_ALL_QUANTS, GGML_CUDA_FA_QUANTS). server_flags: every option spelling llama-server accepts
     (common/arg.cpp, server_flags()). llama_version: llama.cpp's own (major, minor, patch) from the top-level
-    CMakeLists.txt (llama_version()), None for a tree from before semantic versioning."""
+    CMakeLists.txt (llama_version()), None for a tree from before semantic versioning. log_verbosity: the -lv that
+    prints the library's load report and no debug line (log_verbosity()), None where common/log.h does not say."""
 
     architectures: frozenset[str]
     fa_form: str | None
@@ -95,6 +99,7 @@ class TreeFacts:
     fa_quants_options: tuple[str, ...] = ()
     server_flags: frozenset[str] = frozenset()
     llama_version: tuple[int, int, int] | None = None
+    log_verbosity: int | None = None
 
 
 def _mask(text: str) -> str:
@@ -358,6 +363,37 @@ def llama_version(cmake_top: str | None) -> tuple[int, int, int] | None:
     return major, minor, patch
 
 
+def _level(log_h: str, name: str) -> int | None:
+    """A verbosity common/log.h defines: `#define NAME n`, or `#define NAME OTHER` followed to a number."""
+    for _ in range(4):
+        if name.isdigit():
+            return int(name)
+        m = re.search(rf"^\s*#\s*define\s+{re.escape(name)}\s+(\w+)", log_h, re.M)
+        if m is None:
+            return None
+        name = m.group(1)
+    return None
+
+
+def log_verbosity(log_h: str | None, log_cpp: str | None) -> int | None:
+    """The highest llama-server -lv (common_log_verbosity_thold: a message prints when its verbosity <= it) that
+    still prints llama.cpp's library INFO lines (the load report: "offloaded N/M layers to GPU", which the deploy's
+    GPU check reads) and no LOG_DBG line (the server's debug lines carry request text: a request body, prompt
+    tokens). LOG_DBG's verbosity is LOG_DEFAULT_DEBUG (common/log.h); the library's INFO is common/log.cpp's
+    common_log_get_verbosity(GGML_LOG_LEVEL_INFO) where that exists, else LOG_DEFAULT_LLAMA (older trees'
+    common_init callback). 0.3.16 tree: DBG 1, library 0 -> 0; 0.3.36: DBG LOG_LEVEL_DEBUG 5, INFO LOG_LEVEL_TRACE
+    4 -> 4. None when log.h does not say, or no verbosity does both."""
+    if log_h is None:
+        return None
+    m = re.search(r"^\s*#\s*define\s+LOG_DBG\(\.\.\.\)\s+LOG_TMPL\(\s*GGML_LOG_LEVEL_DEBUG\s*,\s*(\w+)", log_h, re.M)
+    debug = _level(log_h, m.group(1)) if m else None
+    info = re.search(r"case\s+GGML_LOG_LEVEL_INFO\s*:\s*return\s+(\w+)\s*;", log_cpp or "")
+    library = _level(log_h, info.group(1)) if info else _level(log_h, "LOG_DEFAULT_LLAMA")
+    if debug is None or library is None or library > debug - 1:
+        return None
+    return debug - 1
+
+
 def facts(files: Mapping[str, str]) -> TreeFacts:
     """TreeFacts from a tree's member texts (paths relative to the llama.cpp root). Raises ValueError naming a
     missing REQUIRED member or an unparsable one."""
@@ -372,6 +408,7 @@ def facts(files: Mapping[str, str]) -> TreeFacts:
         fa_quants_options=fa_quants_options(files[CMAKE_GGML]),
         server_flags=server_flags(files[ARG_CPP]),
         llama_version=llama_version(files.get(CMAKE_TOP)),
+        log_verbosity=log_verbosity(files.get(LOG_H), files.get(LOG_CPP)),
     )
 
 
@@ -405,7 +442,7 @@ def _read_files(archive: Path, subdir: str | None) -> dict[str, str]:
             raise ValueError(f"{archive}: {e}") from None
         prefix = f"{root}/" if root else ""
         files: dict[str, str] = {}
-        for member in REQUIRED + OPTIONAL:
+        for member in REQUIRED + OPTIONAL + LOGGING:
             path = prefix + member
             try:
                 f = tar.extractfile(path) or tar.extractfile("./" + path)

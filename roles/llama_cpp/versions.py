@@ -32,6 +32,9 @@ class Source:
     #: llama.cpp's own (major, minor, patch) from the tree's CMakeLists.txt (tree.py llama_version); None: a tree
     #: from before semantic versioning, or not read
     llama_version: tuple[int, int, int] | None = None
+    #: the llama-server -lv that prints the load report and no debug line (request text) in this tree
+    #: (tree.py log_verbosity); None: not known
+    log_verbosity: int | None = None
 
 
 def pin_file(ref: str) -> Path:
@@ -51,7 +54,8 @@ def source_of(data: dict) -> Source:
                   flash_attn_style=data["flash_attn_style"], architectures=frozenset(data["architectures"]),
                   fa_form=data["fa_form"],
                   server_flags=frozenset(data["server_flags"]) if data.get("server_flags") else None,
-                  llama_version=tuple(data["llama_version"]) if data.get("llama_version") else None)
+                  llama_version=tuple(data["llama_version"]) if data.get("llama_version") else None,
+                  log_verbosity=data.get("log_verbosity"))
 
 
 #: The known pins by ref, from files/llama_cpp/*.json (tools/llama_cpp_pin.py). Old pins stay here.

@@ -3,8 +3,9 @@ prompt-logs; issue 29).
 
 llama-server (lab-trixie's llama-server@tiny, API key set): a request whose prompt carries a unique marker, then the
 journal (journalctl, all units, this boot) and every file under /var/log (read as text, binary journal files
-included) are searched for it: not found with the defaults (-lv 4), found in the journal after a deploy with
-llama_cpp_log_requests: true (-lv 5, the server's debug lines carry the prompt). vLLM does not start on the GPU-less
+included) are searched for it: not found with the defaults (-lv 4), and after a deploy with
+llama_cpp_log_requests: true found in one file of the instance's prompt directory (/var/log/llama-server/tiny,
+llama-server's --log-prompts-dir; the service user's, mode 0700) and still not in the journal. vLLM does not start on the GPU-less
 lab hosts (its unit is condition-skipped), so no request can reach it there: for vLLM the rendered arguments of
 /etc/vllm/tiny.env are parsed by the locked release's own argument parser inside the host's venv (as
 tests/lab/test_vllm.py does) and its request logger must be off by default and on with vllm_log_requests: true. On a
@@ -118,14 +119,21 @@ def test_vllm_request_logger_is_off_by_default_in_the_release_s_own_parser(provi
         assert found(provisioned, VLLM_HOST, m) == (0, [])
 
 
-def test_with_request_logging_on_the_prompts_reach_the_journal(provisioned, logging_on):
+def test_with_request_logging_on_the_prompts_go_to_the_instance_s_prompt_directory_only(provisioned, logging_on):
     logging_on(True)
     env = provisioned.lab.run(spec(LLAMA_HOST), "cat /etc/llama-server/tiny.env")[1]
-    assert " -lv 5 " in f" {env.split('=', 1)[1].strip()} ", env
+    args = f" {env.split('=', 1)[1].strip()} "
+    assert " -lv 4 " in args and " --log-prompts-dir /var/log/llama-server/tiny " in args, env
     m = marker()
     send_llama(m)  # retries while the restarted server loads (503)
-    lines, _ = found(provisioned, LLAMA_HOST, m)
-    assert lines > 0, "llama_cpp_log_requests: true, but the marker is not in the journal"
+    lines, files = found(provisioned, LLAMA_HOST, m)
+    assert lines == 0, "the prompt reached the journal"
+    assert len(files) == 1 and files[0].startswith("/var/log/llama-server/tiny/") and files[0].endswith(".txt"), \
+        files
+    host = testinfra.get_host(provisioned.lab.testinfra_url(spec(LLAMA_HOST)))
+    d, f = host.file("/var/log/llama-server/tiny"), host.file(files[0])
+    assert (d.user, d.mode) == ("llm", 0o700) and f.user == "llm", (d.user, oct(d.mode), f.user)
+    assert f"Repeat after me: {m}" in f.content_string  # the prompt as sent
     assert vllm_logs_requests(provisioned) is True
     if vllm_running(provisioned):
         m = marker()

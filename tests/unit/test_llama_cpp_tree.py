@@ -140,6 +140,7 @@ def test_pin_data_file_agrees_with_its_archive(version, facts):
     src = SOURCES[f"pypi-{version}"]
     assert (src.sha256, src.architectures, src.fa_form) == (SHA[version], f.architectures, f.fa_form)
     assert src.llama_version == f.llama_version
+    assert data["log_verbosity"] == f.log_verbosity == src.log_verbosity is not None
 
 
 def test_registry_keeps_both_pins_and_the_default():

@@ -2,8 +2,9 @@
 
 llama-server: every log call of a pinned tree's server (tools/server/*.cpp, read from the llama-cpp-python sdist
 where it is on this machine) that prints request text (a prompt, a request body, a generated token) must be at
-debug level (LOG_LEVEL_DEBUG, 5 in common/log.h), above the -lv 4 the toolkit runs with, and such calls must exist at
-debug level, so that llama_cpp_log_requests' -lv 5 prints them. vLLM: each pinned release gets the flag of its own
+debug level (LOG_LEVEL_DEBUG, 5 in common/log.h), above the -lv 4 the toolkit runs with. llama_cpp_log_requests
+uses the server's own prompt log instead (--log-prompts-dir): a tree whose flag list has it must define it in
+common/arg.cpp and write the prompt to a file there; a pin without it is refused before any change. vLLM: each pinned release gets the flag of its own
 parser (files/vllm/<version>.flags.json, written from make_arg_parser by tools/vllm_flags.py) that turns its request
 logger off, or on with vllm_log_requests, and the deployed arguments carry it."""
 
@@ -16,7 +17,7 @@ import tarfile
 import pytest
 
 from lab.models import write_tiny_hf
-from roles.llama_cpp.decide import VERBOSITY_QUIET, VERBOSITY_REQUESTS
+from roles.llama_cpp.decide import PROMPT_LOG_FLAG, VERBOSITY, plan, prompt_log_dir, server_args
 from roles.llama_cpp.versions import SOURCES
 from roles.settings import Settings
 from roles.vllm import decide as vllm
@@ -32,7 +33,10 @@ TEXT = ("detokenize", "req.body", "res.body", "generated_text", "token_str", "to
 #: the known exception, read in the 0.3.36 tree: tools/server/server-chat.cpp logs an Anthropic billing header
 #: (a system text starting "x-anthropic-billing-header:") at ERR when its cch= field is malformed. Not a user
 #: prompt in normal use, but request text all the same: listed so that any other such line fails the test
-KNOWN_AT_ERROR = {("tools/server/server-chat.cpp", "anthropic string not as expected")}
+KNOWN_AT_ERROR = {("tools/server/server-chat.cpp", "anthropic string not as expected"),
+                  # the 0.3.16 tree's HTTP exception handler logs the error response it sends (an exception's
+                  # message; a JSON parse error quotes the bytes it stopped at), at WRN: not a prompt in normal use
+                  ("tools/server/server.cpp", 'LOG_WRN("got exception: %s\\n", formatted_error.dump().c_str())')}
 
 
 def pinned_trees() -> list[tuple[str, str]]:
@@ -64,8 +68,8 @@ def server_sources(archive: str) -> dict[str, str]:
     with tarfile.open(archive) as t:
         for member in t.getmembers():
             rel = member.name.split("/vendor/llama.cpp/", 1)[-1]
-            if (rel.startswith("tools/server/") and rel.endswith((".cpp", ".h")) and "/tests/" not in rel) or \
-                    rel in ("common/log.h", "tools/server/server-common.h"):
+            if (rel.startswith("tools/server/") and rel.endswith((".cpp", ".h", ".hpp")) and "/tests/" not in rel) or \
+                    rel in ("common/log.h", "common/log.cpp", "common/arg.cpp"):
                 out[rel] = t.extractfile(member).read().decode("utf-8", "replace")
     return out
 
@@ -73,20 +77,30 @@ def server_sources(archive: str) -> dict[str, str]:
 @pytest.fixture(scope="module", params=pinned_trees() or [pytest.param(None, marks=pytest.mark.skip(
     reason=f"no pinned llama-cpp-python sdist in {', '.join(map(str, PLACES))}"))], ids=lambda p: p and p[0])
 def tree(request) -> dict[str, str]:
-    return server_sources(request.param[1])
+    return {**server_sources(request.param[1]), "ref": request.param[0]}
 
 
-def test_the_verbosities_bracket_the_debug_level(tree):
-    log_h = tree["common/log.h"]
-    debug = int(re.search(r"#define LOG_LEVEL_DEBUG\s+(\d+)", log_h).group(1))
-    trace = int(re.search(r"#define LOG_LEVEL_TRACE\s+(\d+)", log_h).group(1))
-    assert re.search(r"#define LOG_DBG\(\.\.\.\)\s+LOG_TMPL\(GGML_LOG_LEVEL_DEBUG,\s*LOG_LEVEL_DEBUG", log_h)
-    # a message prints when its level <= the threshold -lv sets (LOG_TMPL: verbosity <= common_log_get_verbosity_thold)
-    assert re.search(r"\(verbosity\) <= common_log_get_verbosity_thold\(\)", log_h)
-    assert trace <= VERBOSITY_QUIET < debug <= VERBOSITY_REQUESTS
-    common = tree.get("tools/server/server-common.h", "")
+def test_the_pins_verbosity_prints_the_load_report_and_no_debug_line(tree):
+    """The pin's -lv (files/llama_cpp/<ref>.json log_verbosity) against the tree's own common/log.h and log.cpp:
+    a message prints when its verbosity <= the threshold -lv sets (LOG_TMPL); LOG_DBG (which the server's SLT_DBG
+    and SRV_DBG are) must stay above it, and the library's INFO lines (the load report) at or below it."""
+    log_h, log_cpp = tree["common/log.h"], tree["common/log.cpp"]
+    defines = dict(re.findall(r"^#define (LOG_\w+)\s+(\w+)\s*$", log_h, re.M))
+
+    def value(name: str) -> int:
+        while not name.isdigit():
+            name = defines[name]
+        return int(name)
+
+    assert re.search(r"if \(\(verbosity\) <= common_log(_get)?_verbosity_thold(\(\))?\)", log_h)
+    debug = value(re.search(r"#define LOG_DBG\(\.\.\.\)\s+LOG_TMPL\(GGML_LOG_LEVEL_DEBUG,\s*(\w+)", log_h).group(1))
+    info = re.search(r"case GGML_LOG_LEVEL_INFO:\s*return (\w+);", log_cpp)  # the 0.3.36 tree's library callback
+    library = value(info.group(1)) if info else value("LOG_DEFAULT_LLAMA")  # older: common_init's callback
+    quiet = SOURCES[tree["ref"]].log_verbosity
+    assert library <= quiet < debug, (tree["ref"], library, quiet, debug)
+    helpers = tree.get("tools/server/server-common.h", "") + tree.get("tools/server/utils.hpp", "")
     for family in ("SLT", "SRV"):
-        assert re.search(rf"#define {family}_DBG\([^)]*\)\s+LOG_DBG\(", common), f"{family}_DBG is not LOG_DBG here"
+        assert re.search(rf"#define {family}_DBG\([^)]*\)\s+LOG_DBG\(", helpers), f"{family}_DBG is not LOG_DBG here"
 
 
 def test_request_text_is_logged_only_at_debug_level(tree):
@@ -102,8 +116,44 @@ def test_request_text_is_logged_only_at_debug_level(tree):
             elif not any(path == p and marker in text for p, marker in KNOWN_AT_ERROR):
                 below_debug.append((path, level, text[:160]))
     assert below_debug == [], "request text logged at -lv 4 (prompts would reach the journal by default)"
-    # and -lv 5 does print the prompt: the request body and the slot's JSON (its "prompt") are debug lines
-    assert any("req.body" in t for _, t in at_debug) or any("launching slot" in t for _, t in at_debug), at_debug
+
+
+def test_the_prompt_log_flag_is_in_the_pins_flag_list_exactly_where_the_tree_writes_prompts_with_it(tree):
+    """files/llama_cpp/<ref>.json's server flags (what the plan checks) against the tree itself: common/arg.cpp
+    defines --log-prompts-dir into params.path_prompts_log_dir, and the server writes the request's prompt into a
+    file under that directory."""
+    listed = PROMPT_LOG_FLAG in SOURCES[tree["ref"]].server_flags
+    defined = re.search(r'\{"--log-prompts-dir"\}.*?params\.path_prompts_log_dir\s*=\s*value', tree["common/arg.cpp"],
+                        re.S)
+    writes = [p for p, src in tree.items() if p.startswith("tools/server/") and re.search(
+        r"std::filesystem::path\(params\.path_prompts_log_dir\)[^;]*;\s*std::ofstream f\(file_path\);.*?"
+        r"f << \(prompt\.is_string\(\)", src, re.S)]
+    assert listed == bool(defined), (tree["ref"], listed)
+    assert bool(writes) == listed, (tree["ref"], writes)
+
+
+@pytest.mark.parametrize("ref", sorted(SOURCES))
+def test_log_requests_writes_prompt_files_at_pins_with_the_flag_and_is_refused_elsewhere(tmp_path, ref):
+    """Plan level: llama_cpp_log_requests renders --log-prompts-dir /var/log/llama-server/NAME at pins whose flag
+    list (from the tree's common/arg.cpp) has it, -lv 4 either way; a pin without it is refused naming the setting,
+    the pin and the fix."""
+    from roles.cuda.versions import Toolkit
+    from roles.settings import load_settings
+
+    cuda = Toolkit("12.4", "distro", {}, "/usr/bin/nvcc", None, "g++-13")
+    data = {"llama_cpp_ref": ref, "llama_cpp_instances": {"m": {"model_path": "/srv/m.gguf"}}}
+    for on in (False, True):
+        p, problems = plan(load_settings("box", {**data, "llama_cpp_log_requests": on}), [cuda], [], lambda _: True)
+        if on and PROMPT_LOG_FLAG not in SOURCES[ref].server_flags:
+            assert p is None and len(problems) == 1, problems
+            assert problems[0].startswith("llama_cpp_log_requests = True:") and ref in problems[0], problems
+            assert "llama_cpp_ref" in problems[0] and "pypi-0.3.36" in problems[0], problems
+            continue
+        assert problems == [], problems
+        args = shlex.split(server_args(p.instances[0], p.source.flash_attn_style, p.log_requests))
+        assert args[args.index("-lv") + 1] == str(SOURCES[ref].log_verbosity)  # 0 at 0.3.16, 4 at 0.3.36
+        assert (args[args.index(PROMPT_LOG_FLAG) + 1] if PROMPT_LOG_FLAG in args else None) == (
+            "/var/log/llama-server/m" if on else None)
 
 
 def test_each_pinned_vllm_release_gets_its_own_parsers_flag():
@@ -141,9 +191,11 @@ def test_deployed_vllm_arguments_carry_the_setting(tmp_path, version, on):
 
 
 def test_llama_server_arguments_carry_the_setting():
-    from roles.llama_cpp.decide import Instance, server_args
+    from roles.llama_cpp.decide import Instance
     from roles.llama_cpp.settings import LlamaCppInstance
 
     inst = Instance("m", LlamaCppInstance(model_path="/m.gguf"), "/m.gguf", None, None)
     quiet, loud = shlex.split(server_args(inst, "value")), shlex.split(server_args(inst, "value", log_requests=True))
-    assert quiet[quiet.index("-lv") + 1] == "4" and loud[loud.index("-lv") + 1] == "5"
+    assert quiet[quiet.index("-lv") + 1] == "4" and loud[loud.index("-lv") + 1] == "4"
+    assert PROMPT_LOG_FLAG not in quiet and loud[loud.index(PROMPT_LOG_FLAG) + 1] == prompt_log_dir("m") == \
+        "/var/log/llama-server/m"
