@@ -83,10 +83,19 @@ def test_service_answers_health_and_completions(target):
     assert http(port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 401  # no key, no tokens
 
 
+#: llama-server's own lines (0.3.36 tree, tools/server/server-context.cpp SLT_INF, printed at -lv 4) when a slot
+#: takes a task and when it finishes one
+TASK_STARTED = re.compile(r"slot\s+\S+: id\s+(\d+) \| task (\d+) \| processing task")
+TASK_DONE = re.compile(r"slot\s+\S+: id\s+(\d+) \| task (\d+) \| stop processing")
+
+
 def test_default_slots_answer_4_concurrent_requests_at_once(target):
     """Issue 26: the lab's instance leaves parallel and context to the defaults. Four streamed requests sent at once
-    are served at once: the last of the four first tokens arrives before the first request has finished (with one
-    slot the 4th would wait for three whole completions). Measured by the client (v100kit/loadgen.py), and the
+    are served at once. The server's own log says so: four slots took the four tasks before any of them finished
+    (with one slot each task would start after the previous one stopped). The client measures it
+    (v100kit/loadgen.py): each request's TTFT, the 4th against the 1st, kept in the run's logs; the 4th first token
+    comes before the 1st request's last token whenever decoding outlasts the four first tokens' spread (CI once saw
+    the tiny CPU model finish a request within 3 ms of its first token, so that is recorded, not asserted). The
     server's own start-up line says how many slots it runs."""
     from roles.bench.figures import Load
     from v100kit import loadgen
@@ -97,17 +106,31 @@ def test_default_slots_answer_4_concurrent_requests_at_once(target):
     log = target.host.check_output(f"journalctl -u {UNIT} -b --no-pager -o cat")
     assert f"n_slots = {serving.slots}, n_ctx_slot = {serving.context}, kv_unified = 'true'" in log, log[-3000:]
     load = Load(depths=(32,), output_tokens=256, concurrency=(4,), requests_per_level=4, warmup_requests=0)
+    before = len(log.splitlines())
     samples = loadgen.run_level(f"http://127.0.0.1:{port}", key, "tiny", load, 4)
     assert len(samples) == 4 and all(s.ok for s in samples), [s.error for s in samples]
+    for _ in range(20):  # the journal takes the last lines a moment after the last token
+        lines = target.host.check_output(f"journalctl -u {UNIT} -b --no-pager -o cat").splitlines()[before:]
+        events = [(kind, m.group(1), m.group(2)) for line in lines
+                  for kind, rx in (("start", TASK_STARTED), ("done", TASK_DONE)) if (m := rx.search(line))]
+        if sum(e[0] == "done" for e in events) >= 4:
+            break
+        time.sleep(0.5)
+    starts = [e for e in events if e[0] == "start"]
+    first_done = next((i for i, e in enumerate(events) if e[0] == "done"), len(events))
+    assert len(starts) == 4 and len({slot for _, slot, _ in starts}) == 4, events
+    assert sorted(t for k, _, t in events if k == "done") == sorted(t for _, _, t in starts), events
+    assert all(events.index(e) < first_done for e in starts), f"a task started after another finished: {events}"
     first_end = min(s.end_s for s in samples)
     ttfts = sorted(s.start_s + s.ttft_s for s in samples)  # on the level's clock
     figures = (f"{target.spec.name}: 4 concurrent requests to {serving.slots} default slots: first tokens at "
                f"{', '.join(f'{t * 1000:.0f}' for t in ttfts)} ms; the first request ended at {first_end * 1000:.0f} "
-               f"ms; 4th/1st TTFT {ttfts[-1] / ttfts[0]:.2f}x\n")
+               f"ms; 4th/1st TTFT {ttfts[-1] / ttfts[0]:.2f}x; tokens {[s.completion_tokens for s in samples]}; "
+               f"server: {' '.join(f'{k} slot {s} task {t}' for k, s, t in events)}\n")
     LOGS.mkdir(parents=True, exist_ok=True)
     with (LOGS / "concurrent-requests.txt").open("a") as f:  # the measurement, kept for the run's record
         f.write(figures)
-    assert ttfts[-1] < first_end, figures
+    assert all(s.completion_tokens == 256 for s in samples), figures  # ignore_eos: every request ran its length
 
 
 def test_serves_from_cpu_without_gpu_and_says_so(target):
