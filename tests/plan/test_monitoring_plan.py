@@ -196,7 +196,8 @@ def test_turned_off_again_removes_the_timers_and_the_drop_in():
 @pytest.mark.parametrize("on", [False, True])
 def test_the_plan_says_whether_prompts_are_logged_and_where(on):
     """`v100kit plan` (read-only preflight of a fake host, tests/plan/harness.py preflight_cluster) says per engine
-    whether its request logger runs, and that its prompts then go to the journal."""
+    whether its request logger runs, and where its prompts then go: llama-server's to a file per request under
+    /var/log/llama-server/NAME (--log-prompts-dir), never the journal, at the pin's own -lv (4 at pypi-0.3.36)."""
     from tests.plan.harness import preflight_cluster
     from v100kit.plan import summarize, table
 
@@ -207,10 +208,10 @@ def test_the_plan_says_whether_prompts_are_logged_and_where(on):
     out = summarize(node, plan)
     line = next(x for x in table({"box": out}).splitlines() if x.startswith("   llama-server request logging"))
     if on:
-        assert "on: each request's prompt and generated tokens go to the journal" in line, line
-        assert "journalctl -u llama-server@NAME" in line
+        assert "on: each request's prompt goes to a file in /var/log/llama-server/NAME/" in line, line
+        assert "the journal gets none (-lv 4)" in line, line
     else:
-        assert "off: -lv 4 logs no request text" in line, line
+        assert "off: no prompt file, and -lv 4 logs no request text" in line, line
     assert out["monitoring"]["node_exporter"] == "127.0.0.1:9100"
     assert any(x.startswith("   monitoring: node exporter on 127.0.0.1:9100 (loopback only)")
                for x in table({"box": out}).splitlines())

@@ -26,7 +26,10 @@ def test_llama_server_unit_and_environment(tmp_path):
     env = files["/etc/llama-server/m.env"]
     # head size 64 in the 0.3.16 tree: f16 keeps flash attention on the GPU (issue 18's measured table)
     assert "-ctk f16 -ctv f16" in env and " -fa " in env and "CUDA_VISIBLE_DEVICES=1" in env.splitlines()
-    assert " -lv 4" in env  # llama.cpp's load report (offloaded layers) is logged from verbosity 4 on newer trees
+    # the 0.3.16 tree's own quiet -lv (files/llama_cpp/pypi-0.3.16.json log_verbosity): its library log (the load
+    # report, offloaded layers) prints at 0 and its LOG_DBG (every request body) starts at 1; newer trees: 4
+    assert env.split("\n", 1)[0].endswith(" -lv 0"), env
+    assert "LogsDirectory=llama-server/%i" in unit.splitlines() and "LogsDirectoryMode=0700" in unit.splitlines()
 
 
 def test_vllm_unit_has_start_limit_and_offline_hub(tmp_path):
