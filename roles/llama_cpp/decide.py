@@ -751,11 +751,18 @@ def environment(inst: Instance, flash_attn_style: str, log_requests: bool = Fals
 #: text is (0.3.36: 4, its LOG_DBG is 5; 0.3.16: 0, its LOG_DBG is 1 and logs every request body).
 #: tests/unit/test_prompt_logging.py reads every pinned tree for it.
 VERBOSITY = 4
-#: llama_cpp_log_requests: llama-server's own prompt log, one file per request (<ms since the epoch>.txt, the prompt
-#: as sent) in the directory it names (common/arg.cpp --log-prompts-dir, written in tools/server/server-context.cpp
-#: handle_completions_impl; the 0.3.36 tree; 0.3.16 has no such flag). The unit's LogsDirectory= makes the
-#: directory per instance, owned by the service user, mode 0700.
+#: llama_cpp_log_requests: llama-server's own prompt log, one file per request (<ms>.txt, the prompt as sent; ms
+#: of ggml_time_ms, CLOCK_MONOTONIC on Linux: since boot, not the epoch, so a request in the same millisecond as
+#: another, or at the same ms after a later boot, overwrites that file) in the directory it names (common/arg.cpp
+#: --log-prompts-dir, written in tools/server/server-context.cpp handle_completions_impl; the 0.3.36 tree; 0.3.16
+#: has no such flag). The unit's LogsDirectory= makes the directory per instance, owned by the service user, mode
+#: 0700. Nothing removes old files: they stay until the operator does.
 PROMPT_LOG_FLAG, PROMPT_LOG_ROOT = "--log-prompts-dir", "/var/log/llama-server"
+
+
+def verbosity(inst: Instance) -> int:
+    """The -lv instance `inst` runs with: its tree's quiet verbosity, VERBOSITY where that is unknown."""
+    return VERBOSITY if inst.log_verbosity is None else inst.log_verbosity
 
 
 def prompt_log_dir(name: str) -> str:
@@ -769,10 +776,15 @@ def prompt_log_problems(settings: Settings, tree: Tree) -> list[str]:
     the setting, the pin and the fix. A tree whose flags are unknown (an unpinned source) is not refused here."""
     if not settings.llama_cpp_log_requests or tree.server_flags is None or PROMPT_LOG_FLAG in tree.server_flags:
         return []
+    having = ", ".join(ref for ref, s in SOURCES.items() if s.server_flags and PROMPT_LOG_FLAG in s.server_flags)
+    # llama_cpp_source wins over llama_cpp_ref (source()): its tree is the one without the flag, whatever the ref
+    tree_is, fix = ((f"llama_cpp_source ({settings.llama_cpp_source})",
+                     f"set llama_cpp_source to a tree that has it, or unset it and set llama_cpp_ref to a pin that "
+                     f"has it ({having})") if settings.llama_cpp_source else
+                    (f"the pinned llama.cpp ({tree.ref})", f"set llama_cpp_ref to a pin that has it ({having})"))
     return [problem("llama_cpp_log_requests", True,
-                    f"the pinned llama.cpp ({tree.ref}) has no {PROMPT_LOG_FLAG}, where llama-server writes each "
-                    f"prompt (its debug log does not carry them)",
-                    "set llama_cpp_ref to a pin that has it (pypi-0.3.36), or llama_cpp_log_requests: false")]
+                    f"{tree_is} has no {PROMPT_LOG_FLAG}, where llama-server writes each prompt (its debug log "
+                    f"does not carry them)", f"{fix}, or llama_cpp_log_requests: false")]
 
 
 def server_args(inst: Instance, flash_attn_style: str, log_requests: bool = False) -> str:
@@ -809,7 +821,7 @@ def server_args(inst: Instance, flash_attn_style: str, log_requests: bool = Fals
     # llama.cpp's own load report (CUDA devices, "offloaded N/M layers to GPU", KV and compute buffer sizes) is
     # library INFO, which newer trees log only from verbosity 4 (common/log.cpp common_log_get_verbosity): the
     # deploy's GPU check and the doctor read it from the journal
-    args += ["-lv", str(VERBOSITY if inst.log_verbosity is None else inst.log_verbosity)]
+    args += ["-lv", str(verbosity(inst))]
     if log_requests:
         args += [PROMPT_LOG_FLAG, prompt_log_dir(inst.name)]
     # extra_args last: a flag there missing its value cannot take one of the toolkit's own (the check knows flag

@@ -66,7 +66,8 @@ def test_server_flags_from_arg_cpp_agree_with_the_text_and_the_pin():
 def test_owned_flags_are_refused_naming_the_setting():
     for word, setting in (("--port", "port"), ("-c", "context"), ("--ctx_size=4096", "context"),
                           ("-ngl", "n_gpu_layers"), ("--api-key", "api_key_file"), ("-ub", "ubatch_size"),
-                          ("--load-mode", "mlock / mmap"), ("-kvu", "kv_unified")):
+                          ("--load-mode", "mlock / mmap"), ("-kvu", "kv_unified"),
+                          ("--log-prompts-dir", "llama_cpp_log_requests"), ("-lv", "llama_cpp_log_requests")):
         (p,) = lf.extra_args_problems(f"{KEY}.extra_args", [word, "1"], NEW)
         assert p.startswith(f"{KEY}.extra_args = {word!r}: set by the toolkit") and f"use the setting {setting}" in p
 

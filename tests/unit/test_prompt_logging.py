@@ -18,6 +18,7 @@ import pytest
 
 from lab.models import write_tiny_hf
 from roles.llama_cpp.decide import PROMPT_LOG_FLAG, VERBOSITY, plan, prompt_log_dir, server_args
+from roles.llama_cpp.engine import _request_logging
 from roles.llama_cpp.versions import SOURCES
 from roles.settings import Settings
 from roles.vllm import decide as vllm
@@ -154,6 +155,77 @@ def test_log_requests_writes_prompt_files_at_pins_with_the_flag_and_is_refused_e
         assert args[args.index("-lv") + 1] == str(SOURCES[ref].log_verbosity)  # 0 at 0.3.16, 4 at 0.3.36
         assert (args[args.index(PROMPT_LOG_FLAG) + 1] if PROMPT_LOG_FLAG in args else None) == (
             "/var/log/llama-server/m" if on else None)
+        # `v100kit plan` says the -lv the unit runs with, not the newest pin's
+        assert f"(-lv {SOURCES[ref].log_verbosity})" in _request_logging(p)[1] if on else \
+            f"-lv {SOURCES[ref].log_verbosity} logs no request text" in _request_logging(p)[1], _request_logging(p)
+
+
+def _plan(data: dict):
+    from roles.cuda.versions import Toolkit
+    from roles.settings import load_settings
+
+    cuda = Toolkit("12.4", "distro", {}, "/usr/bin/nvcc", None, "g++-13")
+    return plan(load_settings("box", {"llama_cpp_instances": {"m": {"model_path": "/srv/m.gguf"}}, **data}), [cuda],
+                [], lambda _: True)
+
+
+def test_a_source_without_the_flag_is_refused_naming_llama_cpp_source_not_the_ref(tmp_path):
+    """llama_cpp_source wins over llama_cpp_ref: a 0.3.16 archive given as the source (its bytes from a mirror, so
+    the 0.3.16 pin's facts apply) under the default ref pypi-0.3.36 is the tree without the flag; the refusal must
+    not blame the ref nor tell the user to set the ref they already have."""
+    old = SOURCES["pypi-0.3.16"]
+    data = {"llama_cpp_source": "https://mirror.example/llama_cpp_python-0.3.16.tar.gz",
+            "llama_cpp_source_sha256": old.sha256, "llama_cpp_log_requests": True}
+    p, problems = _plan(data)
+    assert p is None and len(problems) == 1, problems
+    assert problems[0].startswith("llama_cpp_log_requests = True: llama_cpp_source (https://mirror.example/"), problems
+    assert "pinned llama.cpp (pypi-0.3.36)" not in problems[0] and "unset it" in problems[0], problems
+    p, problems = _plan({**data, "llama_cpp_log_requests": False})
+    assert problems == [] and p.instances[0].log_verbosity == old.log_verbosity == 0
+
+
+@pytest.mark.skipif(not any(ref == "pypi-0.3.16" for ref, _ in pinned_trees()), reason="no 0.3.16 sdist here")
+def test_an_unpinned_local_archive_gets_its_own_trees_verbosity_and_flags(tmp_path):
+    """A local llama_cpp_source that is no pin (other bytes) is read by the plan (tree.py read_tree): its -lv and
+    its flag list come from the archive itself, so the 0.3.16 tree runs at -lv 0 and cannot log prompts."""
+    (_, sdist), = [t for t in pinned_trees() if t[0] == "pypi-0.3.16"]
+    copy = tmp_path / "llama_cpp_python-0.3.16.tar.gz"
+    copy.write_bytes(open(sdist, "rb").read() + bytes(16))  # gzip ignores trailing zeros; the checksum differs
+    import hashlib
+    data = {"llama_cpp_source": str(copy), "llama_cpp_source_sha256": hashlib.sha256(copy.read_bytes()).hexdigest(),
+            "llama_cpp_source_subdir": "llama_cpp_python-0.3.16/vendor/llama.cpp"}
+    assert data["llama_cpp_source_sha256"] not in {s.sha256 for s in SOURCES.values()}
+    p, problems = _plan(data)
+    assert problems == [] and p.instances[0].log_verbosity == 0, problems
+    args = shlex.split(server_args(p.instances[0], p.source.flash_attn_style, p.log_requests))
+    assert args[args.index("-lv") + 1] == "0"
+    p, problems = _plan({**data, "llama_cpp_log_requests": True})
+    assert p is None and PROMPT_LOG_FLAG in problems[0] and "llama_cpp_source" in problems[0], problems
+
+
+LOG_H_OLD = "#define LOG_DEFAULT_DEBUG 1\n#define LOG_DEFAULT_LLAMA 0\n" \
+            "#define LOG_DBG(...) LOG_TMPL(GGML_LOG_LEVEL_DEBUG, LOG_DEFAULT_DEBUG, __VA_ARGS__)\n"
+LOG_H_NEW = "#define LOG_LEVEL_DEBUG  5\n#define LOG_LEVEL_TRACE  4\n#define LOG_LEVEL_INFO   3\n" \
+            "#define LOG_DEFAULT_DEBUG LOG_LEVEL_DEBUG\n#define LOG_DEFAULT_LLAMA LOG_LEVEL_INFO\n" \
+            "#define LOG_DBG(...) LOG_TMPL(GGML_LOG_LEVEL_DEBUG, LOG_LEVEL_DEBUG,  __VA_ARGS__)\n"
+LOG_CPP_NEW = 'case GGML_LOG_LEVEL_INFO:  return "info";\nint common_log_get_verbosity(enum ggml_log_level level) {\n' \
+              "    switch (level) {\n        case GGML_LOG_LEVEL_INFO:  return LOG_LEVEL_TRACE;\n"
+
+
+def test_tree_log_verbosity_is_the_highest_that_prints_the_library_and_no_debug_line():
+    """roles/llama_cpp/tree.py log_verbosity on the two shapes of common/log.h and log.cpp (0.3.16: the library
+    at LOG_DEFAULT_LLAMA through common_init's callback; 0.3.36: log.cpp maps library INFO to a verbosity) and on
+    trees where no -lv does both, or where log.h does not say: None, never a guess."""
+    from roles.llama_cpp.tree import log_verbosity
+
+    assert log_verbosity(LOG_H_OLD, None) == 0
+    assert log_verbosity(LOG_H_NEW, LOG_CPP_NEW) == 4
+    assert log_verbosity(LOG_H_NEW, None) == 4  # library at LOG_DEFAULT_LLAMA (3): still printed at 4
+    # the library's INFO at the debug level: no -lv prints the load report without the debug lines
+    assert log_verbosity(LOG_H_NEW, LOG_CPP_NEW.replace("return LOG_LEVEL_TRACE", "return LOG_LEVEL_DEBUG")) is None
+    assert log_verbosity(LOG_H_OLD.replace("LOG_DEFAULT_LLAMA 0", "LOG_DEFAULT_LLAMA 1"), None) is None
+    assert log_verbosity(LOG_H_OLD.replace("#define LOG_DBG", "#define LOG_XXX"), None) is None
+    assert log_verbosity(None, LOG_CPP_NEW) is None
 
 
 def test_each_pinned_vllm_release_gets_its_own_parsers_flag():
