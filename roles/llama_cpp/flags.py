@@ -29,7 +29,7 @@ OWNED: dict[str, str] = {
     **dict.fromkeys(("--api-key", "--api-key-file"), "api_key_file"),
     **dict.fromkeys(("--metrics", "--no-metrics"), "metrics"),
     **dict.fromkeys(("-lv", "--verbosity", "--log-verbosity", "-v", "--verbose", "--log-verbose"),
-                    "llama_cpp_log_requests (-lv 4: the GPU check reads its load report)"),
+                    "llama_cpp_log_requests (-lv: the pin's own, which prints the load report the GPU check reads)"),
     "--log-prompts-dir": "llama_cpp_log_requests",
     "--rope-scaling": "rope_scaling", "--rope-scale": "rope_scale", "--yarn-orig-ctx": "yarn_orig_ctx",
     **dict.fromkeys(("--jinja", "--no-jinja"), "jinja"),
