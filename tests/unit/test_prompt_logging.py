@@ -30,14 +30,26 @@ from tests.unit.test_llama_cpp_tree import PLACES
 CALL = re.compile(r"\b(SLT|SRV|QUE|LOG)_(DBG|TRC|INF|WRN|ERR|CNT)\s*\(")
 #: expressions that carry request or response text into a log line
 TEXT = ("detokenize", "req.body", "res.body", "generated_text", "token_str", "to_json(", "safe_json_to_str",
-        "tokens_to_str", "token_to_piece", ".dump(", "prompt.c_str", "content.c_str", "body.c_str", "text.c_str")
+        "tokens_to_str", "token_to_piece", ".dump(", "prompt.c_str", "content.c_str", "body.c_str", "text.c_str",
+        "effective_input", "generation_prompt", "grammar_value")
 #: the known exception, read in the 0.3.36 tree: tools/server/server-chat.cpp logs an Anthropic billing header
 #: (a system text starting "x-anthropic-billing-header:") at ERR when its cch= field is malformed. Not a user
 #: prompt in normal use, but request text all the same: listed so that any other such line fails the test
+#: common/ sources a request passes through in the server (chat templates and parsing, sampling): scanned with it
+REQUEST_PATH = ("common/chat.cpp", "common/sampling.cpp", "common/common.cpp")
 KNOWN_AT_ERROR = {("tools/server/server-chat.cpp", "anthropic string not as expected"),
                   # the 0.3.16 tree's HTTP exception handler logs the error response it sends (an exception's
                   # message; a JSON parse error quotes the bytes it stopped at), at WRN: not a prompt in normal use
-                  ("tools/server/server.cpp", 'LOG_WRN("got exception: %s\\n", formatted_error.dump().c_str())')}
+                  ("tools/server/server.cpp", 'LOG_WRN("got exception: %s\\n", formatted_error.dump().c_str())'),
+                  # error paths of the request in common/ (README: "Prompts stay out of the logs" names them):
+                  # 0.3.16 logs a request's tool entry that has no function (INF); 0.3.36 the model's unparsed
+                  # output when it does not match the chat format (WRN), and a grammar that fails to initialize with
+                  # the chat template's generation prompt (ERR)
+                  ("common/chat.cpp", "Skipping tool without function"),
+                  ("common/chat.cpp", "unparsed %s output"),
+                  ("common/sampling.cpp", "error initializing grammar sampler"),
+                  # not request text: the vocabulary's end-of-generation pieces, logged once at load
+                  ("common/common.cpp", "added %s logit bias")}
 
 
 def pinned_trees() -> list[tuple[str, str]]:
@@ -70,7 +82,7 @@ def server_sources(archive: str) -> dict[str, str]:
         for member in t.getmembers():
             rel = member.name.split("/vendor/llama.cpp/", 1)[-1]
             if (rel.startswith("tools/server/") and rel.endswith((".cpp", ".h", ".hpp")) and "/tests/" not in rel) or \
-                    rel in ("common/log.h", "common/log.cpp", "common/arg.cpp"):
+                    rel in ("common/log.h", "common/log.cpp", "common/arg.cpp", *REQUEST_PATH):
                 out[rel] = t.extractfile(member).read().decode("utf-8", "replace")
     return out
 
@@ -107,7 +119,7 @@ def test_the_pins_verbosity_prints_the_load_report_and_no_debug_line(tree):
 def test_request_text_is_logged_only_at_debug_level(tree):
     below_debug, at_debug = [], []
     for path, source in tree.items():
-        if not path.startswith("tools/server/"):
+        if not path.startswith("tools/server/") and path not in REQUEST_PATH:
             continue
         for level, text in log_calls(source):
             if not any(k in text for k in TEXT):
