@@ -789,8 +789,8 @@ def prompt_log_problems(settings: Settings, tree: Tree) -> list[str]:
 
 def server_args(inst: Instance, flash_attn_style: str, log_requests: bool = False) -> str:
     """The llama-server command line of one instance, shell-quoted (without the API key, which comes from the
-    environment). -lv the tree's quiet verbosity (VERBOSITY where unknown): the journal gets no request text. `log_requests` (llama_cpp_log_requests):
-    --log-prompts-dir prompt_log_dir(NAME), one file per request holding its prompt.
+    environment). -lv: verbosity(inst), so the journal gets no request text. `log_requests`
+    (llama_cpp_log_requests): --log-prompts-dir prompt_log_dir(NAME), one file per request holding its prompt.
 
     Builds that take a bare `-fa` have no `auto`: there auto means on when the V cache is quantized (which needs
     flash attention; Volta has it: docs/volta.md §5), off otherwise."""
@@ -819,8 +819,8 @@ def server_args(inst: Instance, flash_attn_style: str, log_requests: bool = Fals
         args.append("--metrics")
     args += typed_args(s, inst.server_flags)
     # llama.cpp's own load report (CUDA devices, "offloaded N/M layers to GPU", KV and compute buffer sizes) is
-    # library INFO, which newer trees log only from verbosity 4 (common/log.cpp common_log_get_verbosity): the
-    # deploy's GPU check and the doctor read it from the journal
+    # library INFO, which the deploy's GPU check and the doctor read from the journal: the pin's -lv prints it and
+    # no debug line (VERBOSITY's comment)
     args += ["-lv", str(verbosity(inst))]
     if log_requests:
         args += [PROMPT_LOG_FLAG, prompt_log_dir(inst.name)]

@@ -64,8 +64,7 @@ def _memory_line(inst: str, d: dict, p: dict) -> str:
 
 
 def _request_logging(p: LlamaCppPlan) -> tuple[str, str]:
-    # one tree per host: its instances share the -lv (the pin's own; 0 at pypi-0.3.16, 4 at pypi-0.3.36)
-    lv = "/".join(sorted({str(decide.verbosity(i)) for i in p.instances})) or str(decide.VERBOSITY)
+    lv = decide.verbosity(p.instances[0])  # one tree per host: every instance runs the pin's own -lv
     return UNIT, (f"on: each request's prompt goes to a file in {decide.prompt_log_dir('NAME')}/ (--log-prompts-dir, "
                   f"directory 0700 of the service user); the journal gets none (-lv {lv})" if p.log_requests else
                   f"off: no prompt file, and -lv {lv} logs no request text")

@@ -145,8 +145,8 @@ class LlamaCppSettings(BaseModel):
     llama_cpp_log_requests: bool = Field(
         False, description="write each request's prompt to a file in /var/log/llama-server/NAME/ (llama-server "
                            "--log-prompts-dir; the directory 0700, the service user's; pins that have the flag: "
-                           "pypi-0.3.36); either way the journal gets no request text (-lv: the pin's own, 4 at "
-                           "pypi-0.3.36, 0 at pypi-0.3.16)")
+                           "pypi-0.3.36); either way the journal gets no request text (-lv: the pin's own, "
+                           "files/llama_cpp/<ref>.json log_verbosity)")
     llama_cpp_instances: dict[InstanceName, LlamaCppInstance] = Field(
         default_factory=dict, description="llama-server instances by name; the role builds llama.cpp when any is set")
 
