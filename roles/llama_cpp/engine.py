@@ -64,10 +64,18 @@ def _memory_line(inst: str, d: dict, p: dict) -> str:
 
 
 def _request_logging(p: LlamaCppPlan) -> tuple[str, str]:
-    lv = decide.verbosity(p.instances[0])  # one tree per host: every instance runs the pin's own -lv
-    return UNIT, (f"on: each request's prompt goes to a file in {decide.prompt_log_dir('NAME')}/ (--log-prompts-dir, "
-                  f"directory 0700 of the service user); the journal gets none (-lv {lv})" if p.log_requests else
-                  f"off: no prompt file, and -lv {lv} logs no request text")
+    inst = p.instances[0]  # one tree per host: every instance runs the tree's own -lv
+    lv = decide.verbosity(inst)
+    files = (f"on: each request's prompt goes to a file in {decide.prompt_log_dir('NAME')}/ (--log-prompts-dir, "
+             f"directory 0700 of the service user)")
+    if inst.log_verbosity is not None:
+        return UNIT, (f"{files}; the journal gets none (-lv {lv})" if p.log_requests else
+                      f"off: no prompt file, and -lv {lv} logs no request text")
+    # a tree whose quiet -lv is not known (a URL source, not read here; a read log.h that names none) runs at
+    # VERBOSITY, the 0.3.36 tree's: an older tree logs every request body there (0.3.16's debug lines start at 1)
+    unknown = (f"the journal: -lv {lv}, the default for a tree whose log levels are not known here, may log request "
+               f"text (an older tree's debug lines, as 0.3.16's from -lv 1, carry each request body)")
+    return UNIT, f"{files}; {unknown}" if p.log_requests else f"off: no prompt file; {unknown}"
 
 
 def _sweep(plan, inst) -> tuple[str, str, str]:

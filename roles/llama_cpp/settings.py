@@ -145,8 +145,9 @@ class LlamaCppSettings(BaseModel):
     llama_cpp_log_requests: bool = Field(
         False, description="write each request's prompt to a file in /var/log/llama-server/NAME/ (llama-server "
                            "--log-prompts-dir; the directory 0700, the service user's; pins that have the flag: "
-                           "pypi-0.3.36); either way the journal gets no request text (-lv: the pin's own, "
-                           "files/llama_cpp/<ref>.json log_verbosity)")
+                           "pypi-0.3.36); either way the journal gets no request text from a pin (-lv: the pin's own, "
+                           "files/llama_cpp/<ref>.json log_verbosity); a source given by URL runs at -lv 4, where an "
+                           "older tree logs each request body (v100kit plan says so)")
     llama_cpp_instances: dict[InstanceName, LlamaCppInstance] = Field(
         default_factory=dict, description="llama-server instances by name; the role builds llama.cpp when any is set")
 

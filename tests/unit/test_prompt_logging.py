@@ -283,3 +283,20 @@ def test_llama_server_arguments_carry_the_setting():
     assert quiet[quiet.index("-lv") + 1] == "4" and loud[loud.index("-lv") + 1] == "4"
     assert PROMPT_LOG_FLAG not in quiet and loud[loud.index(PROMPT_LOG_FLAG) + 1] == prompt_log_dir("m") == \
         "/var/log/llama-server/m"
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_the_plan_does_not_promise_a_quiet_journal_for_a_tree_it_has_not_read(on):
+    """A llama_cpp_source given by URL and no pin is not read before the deploy: it runs at VERBOSITY (-lv 4), at
+    which an older tree (0.3.16's shape: debug lines from -lv 1) logs every request body. `v100kit plan` must not
+    say that -lv logs no request text, nor that the journal gets none, for a tree whose log levels it does not
+    know; a pinned tree's line is unchanged (test_log_requests_writes_prompt_files_at_pins_with_the_flag_...)."""
+    p, problems = _plan({"llama_cpp_source": "https://mirror.example/llama.cpp-b4000.tar.gz",
+                         "llama_cpp_source_sha256": "b" * 64, "llama_cpp_log_requests": on})
+    assert problems == [] and p.instances[0].log_verbosity is None, problems
+    args = shlex.split(server_args(p.instances[0], p.source.flash_attn_style, p.log_requests))
+    assert args[args.index("-lv") + 1] == str(VERBOSITY)
+    line = _request_logging(p)[1]
+    assert "logs no request text" not in line and "gets none" not in line, line
+    assert f"-lv {VERBOSITY}" in line and "may log request text" in line, line
+    assert line.startswith("on: each request's prompt goes to a file" if on else "off: no prompt file"), line
