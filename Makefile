@@ -12,7 +12,7 @@ setup-lab:
 	./tools/setup.sh --lab
 
 lab: setup-lab
-	@echo "make lab: the first deploy of both hosts runs for about 12 minutes before its tests print; follow it with"
+	@echo "make lab: the first deploy of both hosts runs for 30 to 45 minutes from an empty lab cache (about 7 warm) before its tests print; follow it with"
 	@echo "  tail -f build/lab-logs/deploy-1.log"
 	.venv/bin/python -m pytest tests/lab -v -rs -m "not disruptive and not cluster and not full" --durations=12
 	.venv/bin/v100kit verify inventory/lab.py -- -v -rs  # the host checks a user runs on real boxes, on the lab hosts
