@@ -28,8 +28,10 @@ MODEL=${MODEL:-8b}
 PM=$!
 # PREBUILT: .gpu/llama-bin-sm$SM.tar.xz (an earlier call's EXPORT_BUILD=1 output, carried back) instead of a build:
 # the lent machine is seldom still warm for the next call, and the build alone takes ~5 of a call's 10 minutes
-if [ ! -x $SRC/build/bin/llama-server ] && [ -f $G/llama-bin-sm$SM.tar.xz ]; then
-  mkdir -p $SRC/build && tar xJf $G/llama-bin-sm$SM.tar.xz -C $SRC/build && echo "prebuilt: $G/llama-bin-sm$SM.tar.xz" > $R/build.log
+# (in parts of 15 MiB, llama-bin-smSM.tar.xz.part-aa, -ab, ...: a returned file may be at most 16 MiB)
+if [ ! -x $SRC/build/bin/llama-server ] && ls $G/llama-bin-sm$SM.tar.xz.part-* >/dev/null 2>&1; then
+  mkdir -p $SRC/build && cat $G/llama-bin-sm$SM.tar.xz.part-* | tar xJf - -C $SRC/build \
+    && echo "prebuilt: $G/llama-bin-sm$SM.tar.xz.part-*" > $R/build.log
 fi
 if [ ! -x $SRC/build/bin/llama-server ]; then
   [ -d $SRC ] || { mkdir -p /tmp/l36 && tar xJf $G/llama.cpp-0.3.36.tar.xz -C /tmp/l36; }
@@ -41,9 +43,11 @@ if [ ! -x $SRC/build/bin/llama-server ]; then
   echo "ninja rc=$? after $(( $(date +%s)-s ))s" >> $R/build.log
 fi
 st "build sm_$SM: $(tail -1 $R/build.log)"
-# EXPORT_BUILD=1: the binaries and their shared libraries into $OUT (one file under the 16 MiB a returned file may be)
-[ -n "${EXPORT_BUILD:-}" ] && tar cJf $OUT/llama-bin-sm$SM.tar.xz -C $SRC/build bin/llama-server bin/llama-quantize \
-  $(cd $SRC/build && ls bin/*.so* 2>/dev/null) && st "exported: $(du -h $OUT/llama-bin-sm$SM.tar.xz | cut -f1)"
+# EXPORT_BUILD=1: the binaries and their shared libraries into $OUT, split in 15 MiB parts (the build is ~43 MB;
+# a returned file may be at most 16 MiB)
+[ -n "${EXPORT_BUILD:-}" ] && tar cJf - -C $SRC/build bin/llama-server bin/llama-quantize \
+  $(cd $SRC/build && ls bin/*.so* 2>/dev/null) | split -b 15M - $OUT/llama-bin-sm$SM.tar.xz.part- \
+  && st "exported: $(du -ch $OUT/llama-bin-sm$SM.tar.xz.part-* | tail -1 | cut -f1)"
 mkdir -p /opt/llama.cpp && ln -sfn $SRC/build /opt/llama.cpp/current  # current/bin/llama-server, as the unit runs it
 wait $PM; st "model f16: $(tail -1 $R/mk$MODEL.log)"
 if [ ! -f $M/$MODEL-q4km.gguf ]; then
