@@ -13,13 +13,14 @@ through the host's SSH connection.
 
 Plain bench changes nothing and never stops a service. --sweep (llama.cpp instances) stops each instance's service
 after saying so, runs llama-server by hand with alternative flags as the service user, and always starts the
-service again at the end, also after an error or Ctrl-C.
+service again at the end, also after an error, Ctrl-C or SIGTERM.
 
 With --json a host not benched is {"error": "unreachable"|"refused"|"failed", "cause": ..., "problems": [...]}.
 
 Exit status: 0 all measured and on the GPU, 1 any instance flagged (not on the GPU, not running, degenerate output,
 failed requests) or a host's settings refused, 2 a host not reached or not benched (or a bad option), 130
-interrupted (v100kit/cli.py: the convention every command shares; --sweep starts the services again first).
+interrupted, 143 terminated (SIGTERM) (v100kit/cli.py: the convention every command shares; --sweep stops its
+hand-run llama-server and starts the services again first).
 """
 
 from __future__ import annotations

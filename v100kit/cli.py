@@ -8,6 +8,7 @@ Exit status, the same for every subcommand:
   2    a host could not be reached, planned, diagnosed, benched or checked (unreachable, connection refused, a
        command failing on it), or bad command-line input (an option, an inventory, a --limit name)
   130  interrupted (Ctrl-C, SIGINT): one line, "interrupted", on stderr; no traceback
+  143  terminated (SIGTERM: `timeout`, `kill`, systemd stopping a unit): one line, "terminated"; the same cleanups
 A host not reached outranks a finding on another: 2. `offline deploy` exits with pyinfra's own status, and
 `offline serve`, which serves until Ctrl-C, exits 0 then.
 
@@ -21,9 +22,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from v100kit.hosts import INTERRUPTED, NOT_CHECKED, UnknownHost
+
+#: exit status after SIGTERM (128 + 15, the shell's convention)
+TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the signal lands. A KeyboardInterrupt, so that every cleanup Ctrl-C runs runs for it
+    too: on 2026-12-03 `timeout 530 v100kit bench --sweep` (tools/gpu/bench/go.sh) killed the bench with SIGTERM's
+    default action, and the llama-server it had started by hand for an alternative kept the port and the GPU while
+    the service stayed stopped."""
+
+
+def _terminated(signum, frame):
+    raise Terminated
 
 #: subcommand -> (module, one-line help)
 COMMANDS = {
@@ -78,15 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv[1:]) and run the subcommand; returns its exit status (the module's
     docstring). What follows `--` goes to the subcommand unparsed (verify: pytest arguments; offline deploy: pyinfra
-    arguments). Ctrl-C anywhere is INTERRUPTED (130) with one line on stderr; cleanups run on the way (bench
-    --sweep starts the services it stopped again, in roles/bench/sweep.py's finally)."""
+    arguments). Ctrl-C anywhere is INTERRUPTED (130) with one line on stderr, SIGTERM TERMINATED (143); cleanups run
+    on the way (bench --sweep stops its hand-run llama-server and starts the services it stopped again, in
+    roles/bench/sweep.py's finally)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # not when the caller (a test, an embedder) set its own
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         return _main(argv)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if sys.stderr.isatty():  # the bench's progress line, updated in place, is cleared first
             sys.stderr.write("\r\033[K")
-        print("interrupted", file=sys.stderr, flush=True)
-        return INTERRUPTED
+        terminated = isinstance(e, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr, flush=True)
+        return TERMINATED if terminated else INTERRUPTED
 
 
 def quiet_interrupts() -> None:

@@ -3,9 +3,9 @@ llama-server flags (slots with the unified KV pool, KV cache types, flash attent
 default/best ratio per depth (the toolkit's goal for its defaults: >= 0.95).
 
 A GPU rarely holds the model twice, so the sweep stops the instance's service for its duration and starts it again
-at the end, whatever happened: run() restarts it in a `finally`, so an error, a failed start of an alternative or
-Ctrl-C (KeyboardInterrupt) in the middle still ends with the service started. Pure: the host is reached through a
-Control that the command gives (tests give a fake one).
+at the end, whatever happened: run() restarts it in a `finally`, so an error, a failed start of an alternative,
+Ctrl-C or SIGTERM (KeyboardInterrupt; v100kit/cli.py Terminated) in the middle still ends with the service
+started. Pure: the host is reached through a Control that the command gives (tests give a fake one).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
     its levels, and any other keys to record, e.g. "peak_vram_mib"}), stop it, and always start the service again
     at the end. One alternative that fails to start or to measure is recorded with its error and the sweep goes on.
     [{"label", "flags", "figures" or None, "error", ...}] in `alts` order."""
-    say("sweep: stopping the service for the sweep; it is started again at the end, also after an error or Ctrl-C")
+    say("sweep: stopping the service for the sweep; it is started again at the end, also after an error, Ctrl-C or SIGTERM")
     runs: list[dict] = []
     try:
         control.stop_service()

@@ -324,10 +324,41 @@ def test_sigint_exits_130_without_a_traceback(tmp_path):
     assert proc.returncode == 130 and err == "interrupted\n" and "Traceback" not in out, (proc.returncode, out, err)
 
 
-def test_ctrl_c_during_a_sweep_starts_the_service_again_then_exits_130(monkeypatch, capsys):
-    """bench --sweep: Ctrl-C while an alternative is measured stops it, starts the service again (roles/bench/
-    sweep.py run's finally), is not taken for one instance's failure (bench_host records those as flags) and
-    ends the command with 130."""
+def test_sigterm_exits_143_without_a_traceback():
+    """A real SIGTERM (what `timeout` and `kill` send) to v100kit.cli's main while `plan` reads the hosts: raised as
+    cli.Terminated (a KeyboardInterrupt, so Ctrl-C's cleanups run), one line, 143. Without the handler Python dies
+    of the signal (-15) and no cleanup runs."""
+    script = ("import sys, time\n"
+              "import v100kit.plan\n"
+              "def reading(*a, **k):\n"
+              "    print('reading', file=sys.stderr, flush=True)\n"
+              "    time.sleep(60)\n"
+              "v100kit.plan.for_each_host = reading\n"
+              "from v100kit.cli import main\n"
+              "sys.exit(main(['plan', 'inventory/example.py']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stderr.readline() == "reading\n"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143 and err == "terminated\n" and "Traceback" not in out, (proc.returncode, out, err)
+
+
+def terminate(*args, **kwargs):
+    raise cli.Terminated
+
+
+@pytest.mark.parametrize("signal_, code, line", [(interrupt, 130, "interrupted"), (terminate, 143, "terminated")],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_during_a_sweep_starts_the_service_again_then_exits_130(signal_, code, line, monkeypatch, capsys):
+    """bench --sweep: Ctrl-C (130) or SIGTERM (143) while an alternative is measured stops it, starts the service
+    again (roles/bench/sweep.py run's finally), is not taken for one instance's failure (bench_host records those as
+    flags) and ends the command with its status."""
     done = []
 
     class Control:
@@ -346,7 +377,7 @@ def test_ctrl_c_during_a_sweep_starts_the_service_again_then_exits_130(monkeypat
 
     def bench_instance(host, plan_, engine, inst, sole, load, do_sweep, sweep_load):
         assert do_sweep
-        return sweeping.run(Control(), [("-np 4", ["-np", "4"])], interrupt, lambda line: None)
+        return sweeping.run(Control(), [("-np 4", ["-np", "4"])], signal_, lambda line: None)
 
     monkeypatch.setattr(bench, "bench_instance", bench_instance)
     from roles.engine_registry import by_role
@@ -354,6 +385,6 @@ def test_ctrl_c_during_a_sweep_starts_the_service_again_then_exits_130(monkeypat
     host_plan = SimpleNamespace(llama_cpp=llama, vllm=None, engine_plans=lambda: [(by_role("llama_cpp"), llama)])
     monkeypatch.setattr(bench, "for_each_host", lambda inventory, limit, fn: {GOOD: fn(SimpleNamespace(name=GOOD),
                                                                                         host_plan)})
-    assert status(["bench", "inventory/example.py", "--sweep"]) == 130
+    assert status(["bench", "inventory/example.py", "--sweep"]) == code
     assert done == ["stop service", "start alternative", "stop alternative", "start service"]
-    assert capsys.readouterr().err.endswith("\ninterrupted\n")
+    assert capsys.readouterr().err.endswith(f"\n{line}\n")
