@@ -107,7 +107,8 @@ LEVEL_COLUMNS = (
     ("peak VRAM MiB", lambda lv: lv.peak_vram_mib, ".0f"),
 )
 #: What the sweep's figures are called where they are shown.
-FIGURE_NAMES = {"decode_tps": "decode tok/s", "aggregate_decode_tps": "agg decode tok/s", "ttft_p50_ms": "TTFT p50 ms"}
+FIGURE_NAMES = {"decode_tps": "decode tok/s", "aggregate_decode_tps": "agg decode tok/s",
+                "aggregate_e2e_tps": "agg e2e tok/s", "ttft_p50_ms": "TTFT p50 ms"}
 
 
 def _rows(i: InstanceBench) -> list[list[str]]:
