@@ -324,19 +324,21 @@ def test_the_figures_of_a_run_are_per_depth_and_concurrency():
         ("ttft_p50_ms", 16384, 1, 900), ("ttft_p50_ms", 16384, 8, 2000)]
 
 
-def test_serving_one_at_a_time_wins_the_decode_aggregate_but_not_the_end_to_end_one():
-    """The H200 sweep's shape (tools/gpu/README.md, 1B at 16384 tokens, c=8): -np 1's aggregate decode is one
-    stream's speed (its queueing is outside every decode span), so it 'beats' 8 slots there; end to end it does not
-    when the slots finish sooner. Both figures are compared, each with its own best."""
-    default = [_lv(16384, 8, 4234, 20.7, 103.6, 130.0)]
-    np1 = [_lv(16384, 8, 5670, 490.3, 490.3, 116.0)]
+def test_the_end_to_end_aggregate_is_compared_apart_from_the_decode_aggregate():
+    """The H200 sweep's c=8 figures (tools/gpu/README.md, 1B at 16384 tokens): -np 1's aggregate decode is one
+    stream's speed, 490.3 against the default's 103.6 (its queueing is outside every decode span). End to end the
+    default measured 98.0; -np 1's 116 is the README's estimate from its TTFT and decode (the sweep kept no end-to-end
+    figure then). Each figure has its own best and ratio."""
+    default = [_lv(16384, 8, 4233.9, 20.7, 103.6, 98.0)]
+    np1 = [_lv(16384, 8, 5670.2, 490.3, 490.3, 116.0)]
     rows = {(r["figure"], r["concurrency"]): r for r in sweep.ratios([
         {"label": "default", "figures": sweep.figures_of(default)},
         {"label": "-np 1", "figures": sweep.figures_of(np1)}])}
     assert rows["aggregate_decode_tps", 8]["best_label"] == "-np 1"
-    assert rows["aggregate_decode_tps", 8]["ratio"] == pytest.approx(103.6 / 490.3)
-    assert rows["aggregate_e2e_tps", 8]["best_label"] == "default" and rows["aggregate_e2e_tps", 8]["ratio"] == 1.0
-    assert rows["ttft_p50_ms", 8]["best_label"] == "default"
+    assert rows["aggregate_decode_tps", 8]["ratio"] == pytest.approx(0.211, abs=0.001)
+    assert rows["aggregate_e2e_tps", 8]["best_label"] == "-np 1"
+    assert rows["aggregate_e2e_tps", 8]["ratio"] == pytest.approx(0.845, abs=0.001)
+    assert rows["ttft_p50_ms", 8]["best_label"] == "default" and rows["ttft_p50_ms", 8]["ratio"] == 1.0
 
 
 def _runs() -> list[dict]:
