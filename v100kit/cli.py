@@ -10,7 +10,7 @@ Exit status, the same for every subcommand:
   130  interrupted (Ctrl-C, SIGINT): one line, "interrupted", on stderr; no traceback
   143  terminated (SIGTERM: `timeout`, `kill`, systemd stopping a unit): one line, "terminated"; the same cleanups
 A host not reached outranks a finding on another: 2. `offline deploy` exits with pyinfra's own status, and
-`offline serve`, which serves until Ctrl-C, exits 0 then.
+`offline serve`, which serves until Ctrl-C or SIGTERM, exits 0 then.
 
 Every subcommand is a module with `add_arguments(parser)` and `run(args) -> exit status`; the skeleton here gives
 the commands that read an inventory the same arguments and the same error handling (v100kit/hosts.py exit_status
@@ -39,7 +39,27 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminated(signum, frame):
-    raise Terminated
+    _raise_in_main(Terminated())
+
+
+def _interrupted(signum, frame):
+    _raise_in_main(KeyboardInterrupt())
+
+
+def _raise_in_main(exc: KeyboardInterrupt) -> None:
+    """Raise `exc` in the main greenlet. A signal's handler runs in whichever greenlet runs then, and gevent's
+    patched threads are greenlets: raised in one of loadgen's request streams, ThreadPoolExecutor took it for that
+    request's exception (the bench went on with one stream fewer, the signal lost). gevent's own way for a
+    KeyboardInterrupt in its hub: thrown into the main greenlet, this one switched back to later."""
+    gevent = sys.modules.get("gevent")
+    if gevent is not None:
+        import greenlet
+
+        hub = gevent.get_hub()
+        if greenlet.getcurrent() not in (hub, hub.parent):
+            hub.handle_system_error(type(exc), exc)
+            return
+    raise exc
 
 #: subcommand -> (module, one-line help)
 COMMANDS = {
@@ -97,8 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     arguments). Ctrl-C anywhere is INTERRUPTED (130) with one line on stderr, SIGTERM TERMINATED (143); cleanups run
     on the way (bench --sweep stops its hand-run llama-server and starts the services it stopped again, in
     roles/bench/sweep.py's finally)."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # not when the caller (a test, an embedder) set its own
+    # not where the caller (a test, an embedder) set its own, nor SIGINT where it is ignored (a background job);
+    # the caller's handlers are back when main returns
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if before[signal.SIGTERM] is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)
+    if before[signal.SIGINT] is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupted)
     try:
         return _main(argv)
     except KeyboardInterrupt as e:
@@ -107,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         terminated = isinstance(e, Terminated)
         print("terminated" if terminated else "interrupted", file=sys.stderr, flush=True)
         return TERMINATED if terminated else INTERRUPTED
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:  # None: set outside Python; left as it is
+                signal.signal(sig, handler)
 
 
 def quiet_interrupts() -> None:

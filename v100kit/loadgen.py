@@ -139,11 +139,12 @@ def run_level(url: str, key: str | None, model: str, load: Load, concurrency: in
     t0 = time.monotonic()
     lock, samples = threading.Lock(), []
     left = [total]
+    stop = threading.Event()
 
     def stream() -> None:
         while True:
             with lock:
-                if left[0] <= 0 or time.monotonic() - t0 > load.level_time_s:
+                if stop.is_set() or left[0] <= 0 or time.monotonic() - t0 > load.level_time_s:
                     return
                 left[0] -= 1
                 body = request_body(load, model, depth, numbers(), run)
@@ -152,9 +153,15 @@ def run_level(url: str, key: str | None, model: str, load: Load, concurrency: in
                 samples.append(s)
                 progress(len(samples), total)
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+    pool = ThreadPoolExecutor(max_workers=concurrency)
+    try:
         for _ in range(concurrency):
             pool.submit(stream)
+        pool.shutdown(wait=True)
+    except BaseException:  # Ctrl-C or SIGTERM (v100kit/cli.py): no stream starts another request, and the
+        stop.set()  # process, which waits for its threads at exit, ends with the requests under way
+        pool.shutdown(wait=False)
+        raise
     return sorted(samples, key=lambda s: s.start_s)
 
 

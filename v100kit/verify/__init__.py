@@ -7,7 +7,7 @@ elsewhere; checks that need systemd or dpkg/apt skip, saying so, on a host witho
 only read-only facts are gathered, and every command the checks send passes v100kit/verify/readonly.py.
 Exit status: 0 every check passed or skipped, 1 a check failed or a host's settings refused, 2 a host not reached
 or not checked, or the run itself could not proceed (a bad argument, pytest's usage and internal errors), 130
-interrupted (v100kit/cli.py: the convention every command shares).
+interrupted, 143 terminated (SIGTERM) (v100kit/cli.py: the convention every command shares).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite in this process; returns the exit status (the module's docstring) from pytest's and the hosts
-    the suite could not reach. Raises KeyboardInterrupt when pytest was interrupted (pytest itself returns 2)."""
+    the suite could not reach. Raises KeyboardInterrupt when pytest was interrupted (pytest itself returns 2),
+    v100kit/cli.py Terminated when by SIGTERM."""
     import pytest
 
     from v100kit.hosts import FINDING, NOT_CHECKED, OK, HostFailure, exit_status
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
         def __init__(self) -> None:
             self.failures: list[HostFailure] = []
-            self.interrupted = False
+            self.interrupted: BaseException | None = None
 
         @pytest.hookimpl(tryfirst=True)  # before -k or -m deselect items: a host not reached counts still
         def pytest_collection_modifyitems(self, items) -> None:
@@ -65,13 +66,15 @@ def run(args: argparse.Namespace) -> int:
             self.failures = list(dict.fromkeys(t for c in params if c is not None
                                                for t in [c.params.get("target")] if isinstance(t, HostFailure)))
 
-        def pytest_keyboard_interrupt(self, excinfo) -> None:
-            self.interrupted = True
+        def pytest_keyboard_interrupt(self, excinfo) -> None:  # pytest.exit() too
+            self.interrupted = excinfo.value
 
     outcome = Outcome()
     status = int(pytest.main(pytest_args(args), plugins=[outcome]))
-    if outcome.interrupted:
-        raise KeyboardInterrupt
+    if outcome.interrupted is not None:
+        from v100kit.cli import Terminated
+
+        raise Terminated if isinstance(outcome.interrupted, Terminated) else KeyboardInterrupt
     if status not in (OK, FINDING):  # pytest's 2-5: interrupted by errors, internal or usage error, nothing to run
         return NOT_CHECKED
     # a host not reached is 2 (its checks failed: pytest's 1), a refused one 1, as for the other commands
