@@ -5,7 +5,7 @@ reboot reboots from inside and checks the boot_id changed; stop powers off; dest
 filesystem (images and download caches stay); ssh-config prints the path of the client ssh_config.
 
 Exit status: 0 done, 2 a lab host could not be built, booted or reached (the reason on stderr) or a bad argument,
-130 interrupted (v100kit/cli.py: the convention every command shares).
+130 interrupted, 143 terminated (SIGTERM) (v100kit/cli.py: the convention every command shares).
 """
 
 from __future__ import annotations

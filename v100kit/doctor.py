@@ -3,7 +3,8 @@
 With --json a host without rows is {"error": "unreachable"|"refused"|"failed", "cause": ..., "problems": [...]}.
 
 Exit status: 0 every check ok or skipped, 1 any broken or a host's settings refused, 2 a host not reached or not
-diagnosed (or a bad argument), 130 interrupted (v100kit/cli.py: the convention every command shares)."""
+diagnosed (or a bad argument), 130 interrupted, 143 terminated (SIGTERM) (v100kit/cli.py: the convention every command
+shares)."""
 
 from __future__ import annotations
 

@@ -126,7 +126,8 @@ def _run(args: argparse.Namespace, directory: Path) -> int:
 
 
 def wait_until_interrupted() -> None:
-    """Block until the process is interrupted (`serve` serves until Ctrl-C)."""
+    """Block until the process is interrupted (`serve` serves until Ctrl-C or SIGTERM:
+    v100kit/cli.py raises both as KeyboardInterrupt)."""
     threading.Event().wait()
 
 

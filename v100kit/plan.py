@@ -7,7 +7,7 @@ bf16-trained model served in fp16 below compute capability 8.0: overflow risk). 
 prints the refusal; with --json a host without a plan is {"error": "unreachable"|"refused"|"failed", "cause": ..., "problems": [...]}.
 
 Exit status: 0 every host planned, 1 a host's settings refused, 2 a host not reached or not planned (or a bad
-argument), 130 interrupted (v100kit/cli.py: the convention every command shares).
+argument), 130 interrupted, 143 terminated (SIGTERM) (v100kit/cli.py: the convention every command shares).
 """
 
 from __future__ import annotations
