@@ -26,15 +26,17 @@ SM=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d 
 MODEL=${MODEL:-8b}
 ( [ -f $M/$MODEL-f16.gguf ] || [ -f $M/$MODEL-q4km.gguf ] || python3 tools/gpu/memory/mkmodel.py $MODEL $M/$MODEL-f16.gguf ) > $R/mk$MODEL.log 2>&1 &
 PM=$!
-# PREBUILT: .gpu/llama-bin-sm$SM.tar.xz (an earlier call's EXPORT_BUILD=1 output, carried back) instead of a build:
+# PREBUILT: .gpu/llama-bin-sm$SM.tar.xz.part-* (an earlier call's EXPORT_BUILD=1 output, carried) instead of a build:
 # the lent machine is seldom still warm for the next call, and the build alone takes ~5 of a call's 10 minutes
 # (in parts of 15 MiB, llama-bin-smSM.tar.xz.part-aa, -ab, ...: a returned file may be at most 16 MiB)
 if [ ! -x $SRC/build/bin/llama-server ] && ls $G/llama-bin-sm$SM.tar.xz.part-* >/dev/null 2>&1; then
-  mkdir -p $SRC/build && cat $G/llama-bin-sm$SM.tar.xz.part-* | tar xJf - -C $SRC/build \
-    && echo "prebuilt: $G/llama-bin-sm$SM.tar.xz.part-*" > $R/build.log
+  # a part missing or cut: what was unpacked goes, and the tree is built (its source unpacked: the test below is
+  # for CMakeLists.txt, as mkdir made $SRC)
+  mkdir -p $SRC/build && { cat $G/llama-bin-sm$SM.tar.xz.part-* | tar xJf - -C $SRC/build \
+    && echo "prebuilt: $G/llama-bin-sm$SM.tar.xz.part-*" > $R/build.log || rm -rf $SRC/build; }
 fi
 if [ ! -x $SRC/build/bin/llama-server ]; then
-  [ -d $SRC ] || { mkdir -p /tmp/l36 && tar xJf $G/llama.cpp-0.3.36.tar.xz -C /tmp/l36; }
+  [ -f $SRC/CMakeLists.txt ] || { mkdir -p /tmp/l36 && tar xJf $G/llama.cpp-0.3.36.tar.xz -C /tmp/l36; }
   # roles/llama_cpp/decide.py cmake_args, for this GPU's architecture, with this toolkit's own nvcc and host compiler
   cmake -S $SRC -B $SRC/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$SM \
     -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_CCACHE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON \
