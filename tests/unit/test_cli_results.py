@@ -441,6 +441,7 @@ def test_a_signal_while_the_bench_streams_ends_the_command(signum, code, line):
     assert (proc.returncode, out) == (code, "cleanup\n"), (proc.returncode, out, err)
     assert err.splitlines() == ["request"] * (err.count("request\n")) + [line], err
 
+
 def terminate(*args, **kwargs):
     raise cli.Terminated
 
