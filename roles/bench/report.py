@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from roles.bench.figures import Level, Load
 from roles.bench.png import COLOURS, tps_chart
+from roles.bench.sweep import FIGURE_NAMES
 
 
 @dataclass
@@ -107,10 +108,6 @@ LEVEL_COLUMNS = (
     ("peak VRAM MiB", lambda lv: lv.peak_vram_mib, ".0f"),
 )
 #: What the sweep's figures are called where they are shown.
-FIGURE_NAMES = {"decode_tps": "decode tok/s", "aggregate_decode_tps": "agg decode tok/s",
-                "aggregate_e2e_tps": "agg e2e tok/s", "ttft_p50_ms": "TTFT p50 ms"}
-
-
 def _rows(i: InstanceBench) -> list[list[str]]:
     """One row per level (the instance's own columns on its first row only), or one row without levels."""
     own = [i.unit, residency_word(i), _f(i.vram_mib, ".0f"), _f(i.vram_ratio, ".2f")]

@@ -21,6 +21,9 @@ DEFAULT_UBATCH = 512
 #: time (-np 1) scores one stream's speed there at any concurrency (on the H200 at 16384-token prompts, 1B model:
 #: 490 against the 8-slot default's 104, tools/gpu/README.md); the end-to-end figure counts that wait.
 FIGURES = {"decode_tps": True, "aggregate_decode_tps": True, "aggregate_e2e_tps": True, "ttft_p50_ms": False}
+#: Each figure's name in reports and in the sweep's progress lines.
+FIGURE_NAMES = {"decode_tps": "decode tok/s", "aggregate_decode_tps": "agg decode tok/s",
+                "aggregate_e2e_tps": "agg e2e tok/s", "ttft_p50_ms": "TTFT p50 ms"}
 
 
 class Control(Protocol):
@@ -169,6 +172,17 @@ def figures_of(levels) -> list[dict]:
     return out
 
 
+def figures_line(entry: dict) -> str:
+    """One line of a run's figures ({"figures": figures_of(...) or None, "error": str}) for the sweep's progress:
+    "d=0 decode tok/s c=1 240.1; d=0 TTFT p50 ms c=8 1006.0; ..." (tokens/s, milliseconds; "-" where a level
+    measured none), or "failed: <error>"."""
+    if entry.get("error"):
+        return f"failed: {entry['error']}"
+    return "; ".join(f"d={f['depth']} {FIGURE_NAMES[f['figure']]} c={f['concurrency']} "
+                     + ("-" if f["value"] is None else f"{f['value']:.1f}")
+                     for f in entry.get("figures") or []) or "no figures"
+
+
 def _key(f: dict) -> tuple:
     return f["figure"], f["depth"], f["concurrency"]
 
@@ -210,6 +224,8 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
     """Stop the service (after saying so), measure each alternative (`measure(handle)` -> {"figures": figures_of
     its levels, and any other keys to record, e.g. "peak_vram_mib"}), stop it, and always start the service again
     at the end. One alternative that fails to start or to measure is recorded with its error and the sweep goes on.
+    Each alternative's figures are said as it ends (figures_line), and a KeyboardInterrupt says how many were
+    measured before it is raised again, so a cut sweep's output keeps what it measured.
     [{"label", "flags", "figures" or None, "error", ...}] in `alts` order."""
     say("sweep: stopping the service for the sweep; it is started again at the end, also after an error, Ctrl-C or SIGTERM")
     runs: list[dict] = []
@@ -228,6 +244,13 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
             finally:
                 if handle is not None:
                     control.stop_alternative(handle)
+            # said as each flag set ends, so that a sweep cut later (`timeout`, Ctrl-C) still leaves its figures
+            say(f"sweep: {label}: {figures_line(entry)}")
+    except KeyboardInterrupt:
+        done = sum(1 for r in runs if r.get("figures") is not None or r["error"])
+        say(f"sweep: cut after {done} of {len(alts)} flag sets; the figures of those measured are in the "
+            "'sweep:' lines above, the report has none")
+        raise
     finally:
         say("sweep: starting the service again")
         control.start_service()

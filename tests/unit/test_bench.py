@@ -12,13 +12,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from roles.bench import roofline, sweep
-from roles.bench.figures import Load, Sample, degenerate, level, percentile
+from roles.bench.figures import Level, Load, Sample, degenerate, level, percentile
 from roles.bench.report import InstanceBench, as_json, markdown, plot, table
 from roles.bench.residency import instance_vram_mib, judge_instance
 from v100kit import loadgen
 # first, before any thread starts: importing pyinfra's CLI (v100kit.hosts) monkey-patches threads and sockets with
 # gevent, as it does in the command itself
 from v100kit.bench import bench_instance
+from v100kit.cli import Terminated
 
 GB = 1e9
 
@@ -324,6 +325,42 @@ def test_ctrl_c_in_the_middle_of_the_sweep_still_starts_the_service():
     with pytest.raises(KeyboardInterrupt):
         sweep.run(c, ALTS, measure, lambda line: None)
     assert c.calls[-3:] == ["start b", "stop b", "start_service"]
+
+
+def _figures(decode: float, ttft_c8: float) -> dict:
+    """A measure() result: the figures of one depth-0 run at concurrency 1 and 8 (figures.Level as loadgen gives)."""
+    levels = [Level(1, 2, 0, 50.0, 60.0, 4.0, 5.0, decode, decode, 200.0),
+              Level(8, 16, 0, ttft_c8, ttft_c8, 9.0, 12.0, 80.0, 600.0, 200.0, aggregate_decode_tps=700.0)]
+    return {"figures": sweep.figures_of(levels)}
+
+
+def test_each_flag_set_s_figures_are_said_as_it_ends():
+    said = []
+    results = {"a": _figures(240.1, 1006.0), "c": _figures(219.0, 1062.0)}
+    sweep.run(FakeControl(fail_start={"b"}), ALTS, lambda h: results[h], said.append)
+    lines = [x for x in said if x.startswith(("sweep: default:", "sweep: x:", "sweep: y:"))]
+    assert lines == [
+        "sweep: default: d=0 decode tok/s c=1 240.1; d=0 agg decode tok/s c=8 700.0; d=0 agg e2e tok/s c=8 600.0; "
+        "d=0 TTFT p50 ms c=1 50.0; d=0 TTFT p50 ms c=8 1006.0",
+        "sweep: x: failed: RuntimeError: no /health",
+        "sweep: y: d=0 decode tok/s c=1 219.0; d=0 agg decode tok/s c=8 700.0; d=0 agg e2e tok/s c=8 600.0; "
+        "d=0 TTFT p50 ms c=1 50.0; d=0 TTFT p50 ms c=8 1062.0"]
+
+
+def test_a_cut_sweep_has_said_the_figures_it_measured_and_how_many():
+    said = []
+
+    def measure(handle):
+        if handle == "b":
+            raise Terminated  # `timeout` cutting a sweep on the GPU (tools/gpu/bench/go.sh)
+        return _figures(240.1, 1006.0)
+
+    with pytest.raises(Terminated):
+        sweep.run(FakeControl(), ALTS, measure, said.append)
+    assert said[-2:] == ["sweep: cut after 1 of 3 flag sets; the figures of those measured are in the 'sweep:' "
+                         "lines above, the report has none", "sweep: starting the service again"]
+    assert any(x.startswith("sweep: default: d=0 decode tok/s c=1 240.1;") for x in said)
+    assert not any(x.startswith("sweep: x:") for x in said)  # the cut flag set measured nothing
 
 
 def test_a_failed_stop_still_starts_the_service():
