@@ -215,10 +215,25 @@ def tree_of(src: Source, settings: Settings, read_archive: bool = True) -> Tree:
             facts = read_tree(Path(src.url), src.subdir)
             return Tree(src.ref, facts.architectures, facts.fa_form, all_quants,
                         server_flags=facts.server_flags or None, llama_version=facts.llama_version,
-                        log_verbosity=facts.log_verbosity)
+                        log_verbosity=facts.log_verbosity, flash_attn_style=facts.flash_attn_style)
         except (OSError, ValueError):  # not a llama.cpp tree we can read: unknown, and said so where it matters
             pass
     return Tree(src.ref, None, None, all_quants)
+
+
+def read_flash_attn_style(src: Source, tree: Tree, settings: Settings) -> tuple[Source, list[str]]:
+    """How the llama-server of an archive read here takes -fa (tree.flash_attn_style, from its common/arg.cpp)
+    decides the source's style: a non-pinned tree from before about b6327 takes a bare -fa, and `-fa on` would stop
+    it at start-up ("error: invalid argument: on"). (source, problems): a problem when llama_cpp_flash_attn_style
+    says otherwise than the archive's own code; the source as it was where nothing was read (a pin, a URL)."""
+    read = tree.flash_attn_style
+    if read is None or read == src.flash_attn_style:
+        return src, []
+    if settings.llama_cpp_flash_attn_style:
+        return src, [problem("llama_cpp_flash_attn_style", settings.llama_cpp_flash_attn_style,
+                             f"the archive's common/arg.cpp takes {'a bare -fa' if read == 'flag' else '-fa on|off|auto'}",
+                             f"set it to {read}, or leave it unset: it is read from the archive")]
+    return replace(src, flash_attn_style=read), []
 
 
 def source_file_problems(src: Source) -> list[str]:
@@ -480,6 +495,7 @@ class Tree:
     server_flags: frozenset[str] | None = None  # llama-server's flags in this tree (common/arg.cpp); None: unknown
     llama_version: tuple[int, int, int] | None = None  # llama.cpp's own version (CMakeLists.txt); None: unknown
     log_verbosity: int | None = None  # -lv printing the load report and no debug line (tree.py); None: unknown
+    flash_attn_style: str | None = None  # how an archive read here takes -fa (tree.py); None: the source's own
 
     @property
     def can_unify(self) -> bool:
@@ -680,6 +696,8 @@ def plan(settings: Settings, toolkits: list[Toolkit], gpus: list[GpuInfo],
                                           [g["compute_cap"] for g in gpus] or [settings.gpu_compute_capability])
     # an archive that failed its checksum is not read: its facts would be another tree's
     tree = replace(tree_of(src, settings, read_archive=not file_problems), cuda_version=tk.version if tk else None)
+    src, more = read_flash_attn_style(src, tree, settings)
+    problems += more
     problems += known_bad_tree_problems(settings, tree, archs) + prompt_log_problems(settings, tree)
     items = sorted(settings.llama_cpp_instances.items())
     clashes = port_clashes("llama_cpp_instances", ((n, i.port) for n, i in items), lambda n: f"instance {n!r}")

@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from roles.llama_cpp import tree
 from roles.llama_cpp.decide import source
 from roles.llama_cpp.versions import DEFAULT_SOURCE, SOURCES, load_pin, pin_file
 from roles.settings import load_settings
+from tests.unit.test_llama_cpp_volta_ranges import MEMBERS, ROOT, cmake_top
 
 SHA = "ab" * 32
 
@@ -60,3 +62,64 @@ def test_a_pinned_archives_bytes_from_a_mirror_keep_the_pins_facts():
     # a style override still applies to it
     styled, _ = src_of(llama_cpp_source=url, llama_cpp_source_sha256=pin["sha256"], llama_cpp_flash_attn_style="flag")
     assert styled.flash_attn_style == "flag" and styled.subdir == pin["subdir"]
+
+
+# -- a control-machine archive's own -fa style ---------------------------------------------------------------------
+
+#: common/arg.cpp's -fa option before about b6327, as llama.cpp wrote it then (a handler without a value: a bare
+#: -fa; `-fa on` stops such a llama-server with "error: invalid argument: on"), in place of the value form of
+#: test_llama_cpp_volta_ranges.py's minimal arg.cpp
+FLAG_FA = MEMBERS[tree.ARG_CPP].replace(
+    '        {"-fa", "--flash-attn"}, "[on|off|auto]", "set Flash Attention use",\n'
+    '        [](common_params & params, const std::string & value) { params.flash_attn = value; }\n'
+    '    ));\n',
+    '        {"-fa", "--flash-attn"},\n'
+    '        string_format("enable Flash Attention (default: %s)", params.flash_attn ? "enabled" : "disabled"),\n'
+    '        [](common_params & params) {\n'
+    '            params.flash_attn = true;\n'
+    '        }\n'
+    '    ).set_env("LLAMA_ARG_FLASH_ATTN"));\n')
+
+
+def _flag_style_plan(tmp_path, **data):
+    """The llama.cpp plan of one tiny model built by an unpinned local archive whose llama-server takes a bare
+    -fa (a minimal tree: tests/unit/test_llama_cpp_volta_ranges.py's members, this arg.cpp)."""
+    import hashlib
+    import io
+    import tarfile
+
+    from lab.models import write_llama
+    from roles.cuda.versions import Toolkit
+    from roles.llama_cpp.decide import plan
+
+    archive = tmp_path / "llama.cpp-b5000.tar.gz"
+    with tarfile.open(archive, "w:gz") as out:
+        for member, text in {**MEMBERS, tree.ARG_CPP: FLAG_FA, tree.CMAKE_TOP: cmake_top(None)}.items():
+            info = tarfile.TarInfo(f"{ROOT}/{member}")
+            info.size = len(text.encode())
+            out.addfile(info, io.BytesIO(text.encode()))
+    gguf = write_llama(tmp_path / "tiny.gguf", n_embd=512, n_head=4, n_head_kv=2)
+    sha = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    settings = load_settings("h", {
+        "llama_cpp_ref": "b5000", "llama_cpp_source": str(archive), "llama_cpp_source_sha256": sha(archive),
+        "llama_cpp_instances": {"m": {"model_source": str(gguf), "model_sha256": sha(gguf), "flash_attn": "on"}},
+        **data})
+    return plan(settings, [Toolkit("12.4", "distro", {}, "/usr/bin/nvcc", None, "g++-13")], [], lambda p: True)
+
+
+def test_an_unpinned_archives_bare_fa_is_read_from_its_code(tmp_path):
+    import shlex
+
+    from roles.llama_cpp.decide import server_args
+    p, problems = _flag_style_plan(tmp_path)
+    assert problems == [] and p.source.flash_attn_style == "flag"
+    args = shlex.split(server_args(p.instances[0], p.source.flash_attn_style))
+    fa = args.index("-fa")
+    assert fa + 1 == len(args) or args[fa + 1].startswith("-")  # bare: no on|off|auto after it
+
+
+def test_a_style_setting_against_the_archives_code_is_refused(tmp_path):
+    p, problems = _flag_style_plan(tmp_path, llama_cpp_flash_attn_style="value")
+    assert p is None
+    assert problems == ["llama_cpp_flash_attn_style = 'value': the archive's common/arg.cpp takes a bare -fa. Fix: "
+                        "set it to flag, or leave it unset: it is read from the archive"]
