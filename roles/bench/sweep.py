@@ -229,6 +229,7 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
     [{"label", "flags", "figures" or None, "error", ...}] in `alts` order."""
     say("sweep: stopping the service for the sweep; it is started again at the end, also after an error, Ctrl-C or SIGTERM")
     runs: list[dict] = []
+    told = 0  # runs whose figures line was said
     try:
         control.stop_service()
         for label, args in alts:
@@ -246,8 +247,17 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
                     control.stop_alternative(handle)
             # said as each flag set ends, so that a sweep cut later (`timeout`, Ctrl-C) still leaves its figures
             say(f"sweep: {label}: {figures_line(entry)}")
+            told += 1
     except KeyboardInterrupt:
-        done = sum(1 for r in runs if r.get("figures") is not None or r["error"])
+        def measured(r: dict) -> bool:
+            return r.get("figures") is not None or bool(r["error"])
+
+        # a flag set measured (or failed) but cut before its line, e.g. in stop_alternative's wait: said now, so
+        # that the count below matches the lines above
+        for r in runs[told:]:
+            if measured(r):
+                say(f"sweep: {r['label']}: {figures_line(r)}")
+        done = sum(1 for r in runs if measured(r))
         say(f"sweep: cut after {done} of {len(alts)} flag sets; the figures of those measured are in the "
             "'sweep:' lines above, the report has none")
         raise

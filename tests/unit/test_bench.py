@@ -363,6 +363,23 @@ def test_a_cut_sweep_has_said_the_figures_it_measured_and_how_many():
     assert not any(x.startswith("sweep: x:") for x in said)  # the cut flag set measured nothing
 
 
+def test_a_sweep_cut_while_an_alternative_stops_still_says_its_figures():
+    """SIGTERM landing in stop_alternative (up to 10 s of waiting for llama-server to exit) after a measured flag
+    set: the cut line counts it, so its figures must have been said."""
+    said = []
+
+    class CutInStop(FakeControl):
+        def stop_alternative(self, handle):
+            super().stop_alternative(handle)
+            if handle == "b":
+                raise Terminated
+
+    with pytest.raises(Terminated):
+        sweep.run(CutInStop(), ALTS, lambda h: _figures(240.1 if h == "a" else 219.0, 1006.0), said.append)
+    assert said[-2].startswith("sweep: cut after 2 of 3 flag sets")
+    assert any(x.startswith("sweep: x: d=0 decode tok/s c=1 219.0;") for x in said)
+
+
 def test_a_failed_stop_still_starts_the_service():
     c = FakeControl(fail_stop_service=True)
     with pytest.raises(RuntimeError):
