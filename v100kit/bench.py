@@ -68,6 +68,16 @@ def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def keep(line: str) -> None:
+    """A progress line that stays (a sweep's figures as each flag set ends, a cut sweep's count): whole, on a line
+    of its own also on a terminal, where say() keeps one updated line cut to 150 characters."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K" + line + "\n")
+        sys.stderr.flush()
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
 def is_local(host) -> bool:
     """The host is this machine: pyinfra's @local connector, or an SSH host at a loopback address (the lab)."""
     if type(host.connector).__name__ == "LocalConnector":
@@ -259,7 +269,8 @@ def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = 
         return {"figures": sweeping.figures_of(levels), "peak_vram_mib": max(peaks) if peaks else None,
                 "peak_vram_note": "; ".join(dict.fromkeys(lv.peak_vram_note for lv in levels if lv.peak_vram_note))}
 
-    runs = sweeping.run(control, alts, measure, lambda line: say(f"{host.name} {i.unit}: {line}"))
+    runs = sweeping.run(control, alts, measure, lambda line: say(f"{host.name} {i.unit}: {line}"),
+                        lambda line: keep(f"{host.name} {i.unit}: {line}"))
     i.sweep, i.sweep_ratios = runs, sweeping.ratios(runs)
 
 

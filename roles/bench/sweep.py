@@ -220,14 +220,16 @@ def bound(n_alternatives: int, load, start_timeout_s: float) -> dict:
 
 
 def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[object], dict],
-        say: Callable[[str], None]) -> list[dict]:
+        say: Callable[[str], None], keep: Callable[[str], None] | None = None) -> list[dict]:
     """Stop the service (after saying so), measure each alternative (`measure(handle)` -> {"figures": figures_of
     its levels, and any other keys to record, e.g. "peak_vram_mib"}), stop it, and always start the service again
     at the end. One alternative that fails to start or to measure is recorded with its error and the sweep goes on.
     Each alternative's figures are said as it ends (figures_line), and a KeyboardInterrupt says how many were
-    measured before it is raised again, so a cut sweep's output keeps what it measured.
+    measured before it is raised again, so a cut sweep's output keeps what it measured: those lines go to `keep`
+    (default `say`), for a `say` that shows one updated line on a terminal (v100kit/bench.py say and keep).
     [{"label", "flags", "figures" or None, "error", ...}] in `alts` order."""
     say("sweep: stopping the service for the sweep; it is started again at the end, also after an error, Ctrl-C or SIGTERM")
+    keep = keep or say
     runs: list[dict] = []
     told = 0  # runs whose figures line was said
     try:
@@ -246,7 +248,7 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
                 if handle is not None:
                     control.stop_alternative(handle)
             # said as each flag set ends, so that a sweep cut later (`timeout`, Ctrl-C) still leaves its figures
-            say(f"sweep: {label}: {figures_line(entry)}")
+            keep(f"sweep: {label}: {figures_line(entry)}")
             told += 1
     except KeyboardInterrupt:
         def measured(r: dict) -> bool:
@@ -256,10 +258,10 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
         # that the count below matches the lines above
         for r in runs[told:]:
             if measured(r):
-                say(f"sweep: {r['label']}: {figures_line(r)}")
+                keep(f"sweep: {r['label']}: {figures_line(r)}")
         done = sum(1 for r in runs if measured(r))
-        say(f"sweep: cut after {done} of {len(alts)} flag sets; the figures of those measured are in the "
-            "'sweep:' lines above, the report has none")
+        keep(f"sweep: cut after {done} of {len(alts)} flag sets; the figures of those measured are in the "
+             "'sweep:' lines above, the report has none")
         raise
     finally:
         say("sweep: starting the service again")

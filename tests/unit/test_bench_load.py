@@ -450,6 +450,58 @@ def test_the_sweep_measures_every_flag_set_at_every_depth_and_level_within_its_b
     assert len(i.sweep_ratios) == 10 and all(0 < r["ratio"] <= 1 for r in i.sweep_ratios)
 
 
+def test_on_a_terminal_each_flag_set_s_figures_stay_on_a_line_of_their_own(server, monkeypatch):
+    """say() keeps one updated line on a terminal (each line cut to 150 characters, erased by the next): the
+    figures said as each flag set ends, and a cut sweep's count, must stay there whole (Ctrl-C is typed there)."""
+    import io
+    from types import SimpleNamespace
+
+    import roles.llama_cpp.decide as decide
+
+    class Control:
+        def __init__(self, *a):
+            pass
+
+        def stop_service(self):
+            pass
+
+        def start_service(self):
+            pass
+
+        def start_alternative(self, args):
+            return 100
+
+        stops = 0
+
+        def stop_alternative(self, handle):
+            Control.stops += 1
+            if Control.stops == 2:
+                raise KeyboardInterrupt  # Ctrl-C as the second flag set's llama-server stops
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(bench, "HostControl", Control)
+    monkeypatch.setattr(decide, "server_args", lambda inst, style: NEW)
+    monkeypatch.setattr(bench.sys, "stderr", term := Terminal())
+    plan = SimpleNamespace(settings=SimpleNamespace(base_service_user="llm", base_service_home="/var/lib/llm"),
+                           llama_cpp=SimpleNamespace(source=SimpleNamespace(flash_attn_style="value")))
+    i = InstanceBench("gpu-01", "llama-server@tiny", "llama.cpp")
+    load = Load(depths=(0, 16), output_tokens=3, concurrency=(1, 2), requests_per_level=2, warmup_requests=1)
+    with pytest.raises(KeyboardInterrupt):
+        bench._sweep(FakeHost({}, [], smi=_smi("101, 5000")), plan,
+                     _llama_instance(int(server.url.rsplit(":", 1)[1])), i, server.url, load, True)
+    # what a terminal shows: of each line, what the last "\r\033[K" left
+    shown = [row.rsplit("\r\033[K", 1)[-1] for row in term.getvalue().split("\n")]
+    first, second = (next((r for r in shown if r.startswith(f"gpu-01 llama-server@tiny: sweep: {label}: ")), "")
+                     for label, _ in sweep.alternatives(NEW, "value")[:2])
+    for row in (first, second):
+        assert row.count("; ") == 9 and "d=16 TTFT p50 ms c=2 " in row  # every figure of both depths
+    assert any(r.startswith("gpu-01 llama-server@tiny: sweep: cut after 2 of 7 flag sets; the figures of those "
+                            "measured are in the 'sweep:' lines above, the report has none") for r in shown)
+
+
 def test_the_sampler_thread_ends_with_its_level():
     before = threading.active_count()
     vram.PeakVram(lambda c: "#no-nvidia-smi\n", 1, True, interval_s=0.01).start().stop()
