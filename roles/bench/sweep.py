@@ -264,6 +264,8 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
              "'sweep:' lines above, the report has none")
         raise
     finally:
-        say("sweep: starting the service again")
-        control.start_service()
+        try:
+            say("sweep: starting the service again")
+        finally:  # a line that cannot be written (a closed stderr) still leaves the service started
+            control.start_service()
     return runs

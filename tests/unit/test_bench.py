@@ -380,6 +380,18 @@ def test_a_sweep_cut_while_an_alternative_stops_still_says_its_figures():
     assert any(x.startswith("sweep: x: d=0 decode tok/s c=1 219.0;") for x in said)
 
 
+def test_a_progress_line_that_cannot_be_written_still_leaves_the_service_started():
+    c = FakeControl()
+
+    def say(line):
+        if "starting the service" in line:
+            raise BrokenPipeError("stderr closed")
+
+    with pytest.raises(BrokenPipeError):
+        sweep.run(c, ALTS, lambda h: {"figures": []}, say)
+    assert c.calls[-1] == "start_service"
+
+
 def test_a_failed_stop_still_starts_the_service():
     c = FakeControl(fail_stop_service=True)
     with pytest.raises(RuntimeError):
