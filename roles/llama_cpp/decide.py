@@ -174,7 +174,8 @@ class LlamaCppPlan:
 def source(settings: Settings) -> tuple[Source, list[str]]:
     """The source archive to build: the pinned DEFAULT_SOURCE, or llama_cpp_source (URL or control-machine path,
     `~` expanded) with its sha256, subdir and -fa style overrides applied: (source, problems). Refuses a
-    llama_cpp_source without a checksum and a llama_cpp_ref without a source; then DEFAULT_SOURCE stands in."""
+    llama_cpp_source without a checksum and a llama_cpp_ref without a source (then DEFAULT_SOURCE stands in), and a
+    llama_cpp_flash_attn_style against a pinned tree's own (the pin's bytes from a mirror too)."""
     problems: list[str] = []
     if settings.llama_cpp_source:
         if not settings.llama_cpp_source_sha256:
@@ -193,8 +194,15 @@ def source(settings: Settings) -> tuple[Source, list[str]]:
                                 "set llama_cpp_source (URL or path of the .tar.gz) and llama_cpp_source_sha256, "
                                 f"or one of the pinned refs: {', '.join(SOURCES)}"))
         src = DEFAULT_SOURCE
-    if settings.llama_cpp_flash_attn_style:
-        src = replace(src, flash_attn_style=settings.llama_cpp_flash_attn_style)
+    style = settings.llama_cpp_flash_attn_style
+    if style and src.architectures is not None and style != src.flash_attn_style:
+        # a pinned tree's style was read from its own common/arg.cpp (tools/llama_cpp_pin.py): a setting against it
+        # would render a -fa that llama-server refuses at start-up
+        problems.append(problem("llama_cpp_flash_attn_style", style,
+                                f"the pinned tree {src.ref} takes {_fa_form(src.flash_attn_style)} (its common/arg.cpp)",
+                                f"set it to {src.flash_attn_style}, or leave it unset"))
+    elif style:
+        src = replace(src, flash_attn_style=style)
     if settings.llama_cpp_source_subdir:
         src = replace(src, subdir=settings.llama_cpp_source_subdir)
     if not is_url(src.url):
@@ -231,9 +239,13 @@ def read_flash_attn_style(src: Source, tree: Tree, settings: Settings) -> tuple[
         return src, []
     if settings.llama_cpp_flash_attn_style:
         return src, [problem("llama_cpp_flash_attn_style", settings.llama_cpp_flash_attn_style,
-                             f"the archive's common/arg.cpp takes {'a bare -fa' if read == 'flag' else '-fa on|off|auto'}",
+                             f"the archive's common/arg.cpp takes {_fa_form(read)}",
                              f"set it to {read}, or leave it unset: it is read from the archive")]
     return replace(src, flash_attn_style=read), []
+
+
+def _fa_form(style: str) -> str:
+    return "a bare -fa" if style == "flag" else "-fa on|off|auto"
 
 
 def source_file_problems(src: Source) -> list[str]:

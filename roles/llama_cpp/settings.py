@@ -128,7 +128,8 @@ class LlamaCppSettings(BaseModel):
     llama_cpp_flash_attn_style: Literal["value", "flag"] | None = Field(
         None, description="how this llama.cpp takes -fa: value (-fa on|off|auto, builds since about b6327) or flag "
                           "(bare -fa, older builds); None: the pinned source's own style (files/llama_cpp/<ref>.json), read "
-                          "from common/arg.cpp for another control-machine archive, value for a URL")
+                          "from common/arg.cpp for another control-machine archive, value for a URL; refused where it "
+                          "contradicts a pinned or read tree")
     llama_cpp_model_mirror: str | None = Field(
         None, pattern=r"^https?://\S+$",
         description="URL of a directory holding the models given as URLs as SHA256/FILE (their model_sha256 and file "

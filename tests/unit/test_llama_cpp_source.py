@@ -59,9 +59,23 @@ def test_a_pinned_archives_bytes_from_a_mirror_keep_the_pins_facts():
     assert problems == []
     assert src == dataclasses.replace(DEFAULT_SOURCE, ref="mirrored", url=url)
     assert src.architectures == frozenset(pin["architectures"]) and src.fa_form == pin["fa_form"]
-    # a style override still applies to it
-    styled, _ = src_of(llama_cpp_source=url, llama_cpp_source_sha256=pin["sha256"], llama_cpp_flash_attn_style="flag")
-    assert styled.flash_attn_style == "flag" and styled.subdir == pin["subdir"]
+    # a style setting against the pin's own (read from its common/arg.cpp) is refused; the pin's own is accepted
+    other = {"value": "flag", "flag": "value"}[pin["flash_attn_style"]]
+    _, problems = src_of(llama_cpp_source=url, llama_cpp_source_sha256=pin["sha256"], llama_cpp_flash_attn_style=other)
+    assert problems == [f"llama_cpp_flash_attn_style = '{other}': the pinned tree {pin['ref']} takes "
+                        f"{'-fa on|off|auto' if other == 'flag' else 'a bare -fa'} (its common/arg.cpp). Fix: set it "
+                        f"to {pin['flash_attn_style']}, or leave it unset"]
+    styled, problems = src_of(llama_cpp_source=url, llama_cpp_source_sha256=pin["sha256"],
+                              llama_cpp_flash_attn_style=pin["flash_attn_style"])
+    assert problems == [] and styled.flash_attn_style == pin["flash_attn_style"] and styled.subdir == pin["subdir"]
+
+
+def test_a_style_setting_against_a_pinned_ref_is_refused():
+    """pypi-0.3.16's llama-server takes a bare -fa (files/llama_cpp/pypi-0.3.16.json, read from its arg.cpp)."""
+    assert load_pin(pin_file("pypi-0.3.16"))["flash_attn_style"] == "flag"
+    _, problems = src_of(llama_cpp_ref="pypi-0.3.16", llama_cpp_flash_attn_style="value")
+    assert problems == ["llama_cpp_flash_attn_style = 'value': the pinned tree pypi-0.3.16 takes a bare -fa (its "
+                        "common/arg.cpp). Fix: set it to flag, or leave it unset"]
 
 
 # -- a control-machine archive's own -fa style ---------------------------------------------------------------------
