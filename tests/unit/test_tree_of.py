@@ -55,7 +55,8 @@ def test_an_archive_on_the_control_machine_is_read_for_its_facts(all_quants):
                               llama_version=None, log_verbosity=None)
     archs, form, flags = pin_facts(PIN)  # the same archive the pin was made from
     assert tree_of(src, settings(all_quants)) == Tree("mine", archs, form, all_quants, server_flags=flags,
-                                                      llama_version=VERSION, log_verbosity=QUIET)
+                                                      llama_version=VERSION, log_verbosity=QUIET,
+                                                      flash_attn_style=load_pin(pin_file(PIN))["flash_attn_style"])
     # after its checksum failed the archive is not read: unknown, said so where it matters
     assert tree_of(src, settings(all_quants), read_archive=False) == Tree("mine", None, None, all_quants)
 
