@@ -18,7 +18,7 @@ lab: setup-lab
 	.venv/bin/v100kit verify inventory/lab.py -- -v -rs  # the host checks a user runs on real boxes, on the lab hosts
 
 test: setup-lab
-	.venv/bin/python -m pytest -rs --durations=20 -m "not full"
+	tools/test_ci_tier.sh  # the fast tests beside the lab tests (tests/tiers.toml: "not full")
 
 test-all: setup-lab
 	.venv/bin/python -m pytest -rs --durations=20 -m full

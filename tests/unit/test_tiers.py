@@ -64,11 +64,12 @@ def test_a_change_touches_the_suites_that_run_its_code():
     assert "second-toolkit" in suites_touched(["roles/llama_cpp/templates/llama-server@.service.j2"])
     assert "second-toolkit" in suites_touched(["roles/llama_cpp/templates/deleted-since.j2"])  # a deleted template
     assert suites_touched(["tests/lab/test_offline.py"]) == ["offline"]
+    assert suites_touched(["tests/lab/test_vllm_releases.py"]) == ["vllm-releases"]
     assert suites_touched(["inventory/lab_offline.py"]) == ["offline"]
     assert set(suites_touched(["lab/proxy.py"])) >= {"ray-cluster", "offline"}  # python -m lab.proxy
     assert "second-toolkit" in suites_touched(["v100kit/plan.py"])  # v100kit plan, run in a subprocess
-    assert suites_touched(["files/vllm/vllm-0.8.5.post1-py3.11.txt"]) == ["second-toolkit", "ray-cluster", "offline",
-                                                                          "prompt-logs"]
+    assert suites_touched(["files/vllm/vllm-0.8.5.post1-py3.11.txt"]) == [
+        "second-toolkit", "vllm-releases", "ray-cluster", "offline", "prompt-logs"]
     assert suites_touched(["files/monitoring/alerts.yml"]) == ["offline", "monitoring"]  # offline: files/**
     assert suites_touched(["tests/data/llama_cpp_fa_h200.json"]) == ["fast-tests-isolated"]
     assert suites_touched(["README.md", "docs/lab.md"]) == []
