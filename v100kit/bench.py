@@ -51,8 +51,9 @@ MiB = 1 << 20
 #: the load options replace their fields in both.
 LOAD = Load()
 SWEEP_LOAD = Load(concurrency=(1, 8), requests_per_level=8, level_time_s=30.0, request_timeout_s=60.0)
-#: The most flag sets sweep.alternatives gives (the default, -np 1/4/8, KV f16/q8_0, -fa off, -ub 256/512/1024).
-MAX_ALTERNATIVES = 10
+#: The most flag sets sweep.alternatives gives (the default, -np 1, -np 4/8 with and without -kvu, KV f16/q8_0,
+#: -fa off, -ub 256/512/1024).
+MAX_ALTERNATIVES = len(sweeping.LABELS)
 #: Seconds between two peak-VRAM samples during a level.
 VRAM_INTERVAL_S = 1.0
 #: How long an alternative llama-server or the restarted service may take to answer /health, seconds.
@@ -185,7 +186,7 @@ def vram_sampler(host, root: int, sole: bool):
 
 
 def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Load, do_sweep: bool,
-                   sweep_load: Load = SWEEP_LOAD) -> InstanceBench:
+                   sweep_load: Load = SWEEP_LOAD, sweep_only: tuple[str, ...] = ()) -> InstanceBench:
     """Measure one instance (see the module's docstring) of the engine labelled `engine` (Engine.name; raises
     UnknownEngine for a name the registry lacks) through its BenchHooks."""
     from roles.bench.facts import InstanceEvidence
@@ -240,7 +241,7 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
         i.rooflines = _roofline(i, inst.memory, gpu, load,
                                 lambda m: hooks.roofline(plan, inst, m, tp))
         if do_sweep and hooks.sweep is not None:
-            _sweep(host, plan, inst, i, url, sweep_load, sole)
+            _sweep(host, plan, inst, i, url, sweep_load, sole, sweep_only)
     finally:
         if tunnel is not None:
             tunnel.close()
@@ -248,7 +249,7 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
 
 
 def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = SWEEP_LOAD,
-           sole: bool = True) -> None:
+           sole: bool = True, only: tuple[str, ...] = ()) -> None:
     """--sweep of one llama.cpp instance: roles/bench/sweep.py run with HostControl, each flag set measured with
     `load` (every depth and concurrency) and its peak VRAM sampled; its bound said before it starts; results into
     `i`."""
@@ -257,7 +258,7 @@ def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = 
     settings = plan.settings
     control = HostControl(host, i.unit, binary, settings.base_service_user,
                           settings.base_service_home, engine.key_file(inst.name), url, inst.api_key)
-    alts = sweeping.alternatives(args, flash_attn_style)
+    alts = sweeping.alternatives(args, flash_attn_style, only)
     i.sweep_bound = b = sweeping.bound(len(alts), load, START_TIMEOUT_S)
     say(f"{host.name} {i.unit}: sweep of {b['alternatives']} flag sets x {b['depths']} depths x {b['levels']} "
         f"levels: at most {b['max_requests']} requests and {b['max_seconds']:.0f} s")
@@ -275,14 +276,15 @@ def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = 
 
 
 def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False,
-               sweep_load: Load = SWEEP_LOAD) -> list[InstanceBench]:
+               sweep_load: Load = SWEEP_LOAD, sweep_only: tuple[str, ...] = ()) -> list[InstanceBench]:
     """Every llama-server@ and vllm@ instance of one host, in unit order. A Ray cluster's instances are measured
     at their endpoint on the head only (a worker serves none)."""
     instances = [(engine.name, x) for engine, p in plan.engine_plans() for x in engine.served(p)]
     out = []
     for engine, inst in instances:
         try:
-            out.append(bench_instance(host, plan, engine, inst, len(instances) == 1, load, do_sweep, sweep_load))
+            out.append(bench_instance(host, plan, engine, inst, len(instances) == 1, load, do_sweep, sweep_load,
+                                      sweep_only))
         except Exception as e:  # one instance's failure (a host command, the sweep's restart) is its flag
             unit = by_name(engine).unit_of(inst.name)
             out.append(InstanceBench(host.name, unit, engine, residency="not measured",
@@ -378,6 +380,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", metavar="DIR", help="write a Markdown report and a PNG plot per host into DIR")
     p.add_argument("--sweep", action="store_true", help="llama.cpp: also measure alternative flags (stops each "
                    "instance's service for the sweep and always starts it again)")
+    p.add_argument("--sweep-only", action="append", default=[], metavar="LABEL",
+                   help="with --sweep: measure only this flag set beside the default (repeatable; one of "
+                        + ", ".join(repr(x) for x in sweeping.LABELS if x != "default") + ")")
     load = p.add_argument_group("the load (checked before any request is sent)")
     depth = load.add_mutually_exclusive_group()
     for option, _, kind, metavar, help_ in LOAD_OPTIONS:
@@ -390,13 +395,17 @@ def run(args: argparse.Namespace) -> int:
     a refusal) or 2 (a bad option, a host not benched)."""
     try:
         load, sweep_load = loads(args)
+        only = tuple(args.sweep_only)
+        if only and not args.sweep:
+            raise ValueError(f"--sweep-only {only[0]!r} needs --sweep")
+        sweeping.alternatives("", "value", only)  # an unknown label: refused before any request
     except ValueError as e:
         print(f"v100kit bench: {e}", file=sys.stderr)
         return NOT_CHECKED
     say(f"bench: per instance at most {load.max_requests} requests and {load.max_seconds:.0f} s "
         f"(depths {','.join(map(str, load.depths))} x concurrency {','.join(map(str, load.concurrency))})")
     if args.sweep:
-        b = sweeping.bound(MAX_ALTERNATIVES, sweep_load, START_TIMEOUT_S)
+        b = sweeping.bound(len(set(only) | {"default"}) if only else MAX_ALTERNATIVES, sweep_load, START_TIMEOUT_S)
         say(f"bench --sweep: then per llama.cpp instance at most {b['alternatives']} flag sets x {b['depths']} depths"
             f" x {b['levels']} levels (concurrency {','.join(map(str, sweep_load.concurrency))}) x at least "
             f"{sweep_load.requests_per_level} requests: at most {b['max_requests']} requests and "
@@ -405,7 +414,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
     started = time.monotonic()
     results = for_each_host(args.inventory, args.limit,
-                            lambda host, plan: bench_host(host, plan, load, args.sweep, sweep_load))
+                            lambda host, plan: bench_host(host, plan, load, args.sweep, sweep_load, only))
     say(f"bench done in {time.monotonic() - started:.0f} s")
     if sys.stderr.isatty():
         sys.stderr.write("\n")

@@ -98,18 +98,20 @@ def per_request_context(args: list[str]) -> int | None:
     return int(c) // max(1, int(np_)) if c is not None and c.isdigit() and np_.isdigit() else None
 
 
-def with_slots(args: list[str], slots: int) -> list[str]:
+def with_slots(args: list[str], slots: int, unified: bool = True) -> list[str]:
     """`args` with `slots` parallel slots and each request's context kept: -np SLOTS, -c SLOTS x per-request
-    context (per_request_context), and for more than one slot the unified KV pool (-kvu, added where neither it nor
-    --kv-unified is there) with --kv-unified-per-slot set to the per-request context where the default gives it
-    (builds without that option are not given it); one slot drops -kvu/--kv-unified and --kv-unified-per-slot
+    context (per_request_context). unified, for more than one slot: the unified KV pool (-kvu, added where neither
+    it nor --kv-unified is there) with --kv-unified-per-slot set to the per-request context where the default gives
+    it (builds without that option are not given it); unified False: no -kvu, --kv-unified or
+    --kv-unified-per-slot, so -c is split evenly over the slots (llama.cpp's own layout for an explicit -np: each
+    slot a KV stream of its own, src/llama-context.cpp n_ctx_seq = n_ctx / n_seq_max). One slot drops them too
     (one sequence: unified is moot)."""
     per = per_request_context(args)
     out = [{"--parallel": "-np", "--ctx-size": "-c"}.get(a, a) for a in args]  # one spelling: set_flag replaces it
     out = set_flag(out, "-np", str(slots))
     if per is not None:
         out = set_flag(out, "-c", str(slots * per))
-    if slots == 1:
+    if slots == 1 or not unified:
         out = without_valued_flag(without_flag(without_flag(out, "-kvu"), "--kv-unified"), "--kv-unified-per-slot")
     else:
         if "-kvu" not in out and "--kv-unified" not in out:
@@ -119,16 +121,30 @@ def with_slots(args: list[str], slots: int) -> list[str]:
     return out
 
 
-def alternatives(default: str, style: str) -> list[tuple[str, list[str]]]:
+#: Every label alternatives() can give, in its order; `v100kit bench --sweep-only LABEL` picks among them. "-np N":
+#: N slots, each with a KV stream of its own (no -kvu); "-np N -kvu": the unified pool.
+LABELS = ("default", "-np 1", "-np 4 -kvu", "-np 8 -kvu", "-np 4", "-np 8", "-ctk f16 -ctv f16 -fa on",
+          "-ctk q8_0 -ctv q8_0 -fa on", "-ctk f16 -ctv f16 -fa off", "-ub 256", "-ub 512", "-ub 1024")
+
+
+def alternatives(default: str, style: str, only: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
     """The flag sets a sweep measures, the service's own first: [(label, llama-server argv without the binary)].
     The service's arguments (`default`, shell-quoted as in its environment file) with one change each:
-    -np 1, 4 and 8 with the per-request context kept (with_slots: -c = slots x per-request, the unified KV pool for
-    more than one slot), KV f16 and q8_0 with flash attention, flash attention off with an f16 KV cache (a
-    quantized V needs it on), -ub 256, 512 and 1024. Alternatives equal to the default are dropped (_normal)."""
+    -np 1, 4 and 8 with the per-request context kept (with_slots: -c = slots x per-request), for 4 and 8 with the
+    unified KV pool and with a KV stream per slot, KV f16 and q8_0 with flash attention, flash attention off with
+    an f16 KV cache (a quantized V needs it on), -ub 256, 512 and 1024. Alternatives equal to the default (or to
+    one before them) are dropped (_normal). only: LABELS to keep besides the default (empty: all); a label not in
+    LABELS raises ValueError naming it and the labels there are."""
+    unknown = [x for x in only if x not in LABELS]
+    if unknown:
+        raise ValueError(f"--sweep-only {unknown[0]!r} is no flag set of the sweep: use one of "
+                         + ", ".join(repr(x) for x in LABELS))
     base = shlex.split(default)
     cand = [("default", base)]
     for slots in (1, 4, 8):
         cand.append((f"-np {slots}" + (" -kvu" if slots > 1 else ""), with_slots(base, slots)))
+    for slots in (4, 8):
+        cand.append((f"-np {slots}", with_slots(base, slots, unified=False)))
     for kv in ("f16", "q8_0"):
         cand.append((f"-ctk {kv} -ctv {kv} -fa on",
                      flash_attn(set_flag(set_flag(base, "-ctk", kv), "-ctv", kv), True, style)))
@@ -136,12 +152,14 @@ def alternatives(default: str, style: str) -> list[tuple[str, list[str]]]:
                  flash_attn(set_flag(set_flag(base, "-ctk", "f16"), "-ctv", "f16"), False, style)))
     for ub in (256, 512, 1024):
         cand.append((f"-ub {ub}", set_flag(base, "-ub", str(ub))))
+    assert [label for label, _ in cand] == list(LABELS)
     out, seen = [], []
     for label, args in cand:
         key = _normal(args)
         if key not in seen:
             seen.append(key)
-            out.append((label, args))
+            if label == "default" or not only or label in only:
+                out.append((label, args))
     return out
 
 

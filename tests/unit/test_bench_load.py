@@ -173,6 +173,13 @@ def test_a_bad_load_stops_the_command_before_any_host_is_reached(monkeypatch, ca
     assert main(["bench", str(inventory), "--concurrency", "1,16,32", "--depths", "0,16384"]) == 0
     err = capsys.readouterr().err
     assert len(reached) == 1 and "bench: per instance at most 130 requests" in err  # 2 depths x (1 + 16 + 16 + 32)
+    assert main(["bench", str(inventory), "--sweep", "--sweep-only", "-np 16"]) == 2
+    assert "--sweep-only '-np 16' is no flag set of the sweep" in capsys.readouterr().err
+    assert main(["bench", str(inventory), "--sweep-only", "-np 8"]) == 2
+    assert "--sweep-only '-np 8' needs --sweep" in capsys.readouterr().err
+    assert len(reached) == 1
+    assert main(["bench", str(inventory), "--sweep", "--sweep-only", "-np 8", "--sweep-only", "-np 1"]) == 0
+    assert "at most 3 flag sets" in capsys.readouterr().err and len(reached) == 2  # the default and the two named
 
 
 # -- peak VRAM, with a fake command runner -------------------------------------------------------------------------
@@ -273,8 +280,15 @@ NEW = ("-m /m.gguf --host 127.0.0.1 --port 8080 -ngl 99 -c 32768 -ctk f16 -ctv f
 
 def test_the_slot_alternatives_keep_the_per_request_context_of_a_unified_pool():
     alts = dict(sweep.alternatives(NEW, "value"))
-    assert list(alts) == ["default", "-np 1", "-np 8 -kvu", "-ctk q8_0 -ctv q8_0 -fa on", "-ctk f16 -ctv f16 -fa off",
-                          "-ub 256", "-ub 1024"]  # -np 4 -kvu, KV f16 with -fa on and -ub 512 are the default
+    assert list(alts) == ["default", "-np 1", "-np 8 -kvu", "-np 4", "-np 8", "-ctk q8_0 -ctv q8_0 -fa on",
+                          "-ctk f16 -ctv f16 -fa off", "-ub 256", "-ub 1024"]  # -np 4 -kvu, KV f16 with -fa on and
+    # -ub 512 are the default
+    # a KV stream per slot: -c is split evenly over -np (llama.cpp's n_ctx_seq = n_ctx / n_seq_max without -kvu), so
+    # 8 slots of 8192 tokens each need -c 65536, with neither -kvu nor the per-slot cap
+    assert _flags(alts["-np 8"]) == ("-m /m.gguf --host 127.0.0.1 --port 8080 -ngl 99 -c 65536 -ctk f16 -ctv f16 "
+                                     "-np 8 -fa on -lv 4")
+    assert _flags(alts["-np 4"]) == ("-m /m.gguf --host 127.0.0.1 --port 8080 -ngl 99 -c 32768 -ctk f16 -ctv f16 "
+                                     "-np 4 -fa on -lv 4")
     # one slot: its context is the per-request 8192, and no unified pool
     assert _flags(alts["-np 1"]) == ("-m /m.gguf --host 127.0.0.1 --port 8080 -ngl 99 -c 8192 -ctk f16 -ctv f16 "
                                      "-np 1 -fa on -lv 4")
@@ -289,7 +303,7 @@ def test_the_slot_alternatives_keep_the_per_request_context_of_a_unified_pool():
 def test_the_slot_alternatives_of_the_former_rendering_divide_c_by_np():
     old = "-m /m.gguf --host 127.0.0.1 --port 8080 -ngl 99 -c 8192 -ctk q8_0 -ctv q8_0 -np 1 -fa on -lv 4"
     alts = dict(sweep.alternatives(old, "value"))
-    assert list(alts) == ["default", "-np 4 -kvu", "-np 8 -kvu", "-ctk f16 -ctv f16 -fa on",
+    assert list(alts) == ["default", "-np 4 -kvu", "-np 8 -kvu", "-np 4", "-np 8", "-ctk f16 -ctv f16 -fa on",
                           "-ctk f16 -ctv f16 -fa off", "-ub 256", "-ub 1024"]
     four = alts["-np 4 -kvu"]
     assert (four[four.index("-c") + 1], four[four.index("-np") + 1]) == ("32768", "4")
@@ -302,6 +316,15 @@ def test_the_slot_alternatives_of_the_former_rendering_divide_c_by_np():
     assert sweep.with_slots(["-m", "x"], 4) == ["-m", "x", "-np", "4", "-kvu"]  # no -c: the model's own, untouched
     bare = dict(sweep.alternatives("-m /m.gguf -ctk q8_0 -ctv q8_0 -fa", "flag"))
     assert "-fa" not in bare["-ctk f16 -ctv f16 -fa off"] and bare["-ctk f16 -ctv f16 -fa on"].count("-fa") == 1
+
+
+def test_sweep_only_keeps_the_default_and_the_flag_sets_named():
+    alts = sweep.alternatives(NEW, "value", ("-np 8", "-np 8 -kvu"))
+    assert [label for label, _ in alts] == ["default", "-np 8 -kvu", "-np 8"]  # the sweep's order, default first
+    # a flag set equal to the default is measured once, as the default
+    assert [label for label, _ in sweep.alternatives(NEW, "value", ("-np 4 -kvu",))] == ["default"]
+    with pytest.raises(ValueError, match=r"--sweep-only '-np 16' is no flag set of the sweep: use one of 'default'"):
+        sweep.alternatives(NEW, "value", ("-np 16",))
 
 
 def test_ub_512_is_an_alternative_where_the_default_sets_another():
@@ -440,7 +463,7 @@ def test_the_sweep_measures_every_flag_set_at_every_depth_and_level_within_its_b
     bench._sweep(host, plan, _llama_instance(int(server.url.rsplit(":", 1)[1])), i, server.url, load, True)
     assert calls[0] == "stop_service" and calls[-1] == "start_service"
     assert [r["label"] for r in i.sweep] == [label for label, _ in sweep.alternatives(NEW, "value")]
-    assert len(server.requests) == i.sweep_bound["max_requests"] == 7 * 2 * (1 + 2 + 2)
+    assert len(server.requests) == i.sweep_bound["max_requests"] == 9 * 2 * (1 + 2 + 2)
     for r in i.sweep:
         assert not r["error"] and r["peak_vram_mib"] == 5000
         assert {(f["figure"], f["depth"], f["concurrency"]) for f in r["figures"]} == {
@@ -498,7 +521,7 @@ def test_on_a_terminal_each_flag_set_s_figures_stay_on_a_line_of_their_own(serve
                      for label, _ in sweep.alternatives(NEW, "value")[:2])
     for row in (first, second):
         assert row.count("; ") == 9 and "d=16 TTFT p50 ms c=2 " in row  # every figure of both depths
-    assert any(r.startswith("gpu-01 llama-server@tiny: sweep: cut after 2 of 7 flag sets; the figures of those "
+    assert any(r.startswith("gpu-01 llama-server@tiny: sweep: cut after 2 of 9 flag sets; the figures of those "
                             "measured are in the 'sweep:' lines above, the report has none") for r in shown)
 
 
