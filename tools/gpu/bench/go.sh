@@ -6,8 +6,8 @@
 # (CUDA 13 cannot build sm_70); the model (tools/gpu/memory/mkmodel.py 8b, then llama-quantize Q4_K_M) while it
 # builds; the instance set up from the deploy's own preflight (instance.py), started through a systemctl stand-in
 # (no systemd there); then `v100kit bench --json --report --sweep $BENCH_ARGS` against a localhost inventory.
-# The load comes from the environment: BENCH_ARGS is passed to the bench as it is (word-split), e.g.
-#   BENCH_ARGS="--depths 0,16384 --concurrency 1,8,16 --requests 16" bash tools/gpu/bench/go.sh
+# The load comes from the environment: BENCH_ARGS is passed to the bench as shell words (quotes kept), e.g.
+#   BENCH_ARGS="--depths 0,16384 --concurrency 1,8,16 --requests 16 --sweep-only '-np 8'" bash tools/gpu/bench/go.sh
 # CONTEXT / PARALLEL set the instance's context and parallel settings (unset: the toolkit's defaults, which size
 # the slots and context from the GPU); MODEL=8b (default) or 1b (Llama-3.2-1B's shape, head size 64).
 # The build runs each nvcc through tools/gpu/bench/rss.py: nvcc-rss.tsv has each object's peak RSS and seconds. A bad BENCH_ARGS is refused before any request. Into $OUT:
@@ -69,8 +69,8 @@ python3 -c "from v100kit.loadgen import wait_healthy; print('healthy' if wait_he
 st "llama-server@bench: $(cat $R/health.txt); $(grep -m1 -o 'offloaded [0-9/]* layers to GPU' /var/log/llama-server@bench.log)"
 
 st "bench args: --json --report $OUT/report --sweep ${BENCH_ARGS:-(the defaults)}"
-# shellcheck disable=SC2086  # BENCH_ARGS is word-split on purpose: several options
-python3 -m v100kit.cli bench $R/inventory.py --json --report $OUT/report --sweep ${BENCH_ARGS:-} > $OUT/bench.json 2> $R/bench.err
+eval "BA=(${BENCH_ARGS:-})"  # shell words: a --sweep-only label has spaces
+python3 -m v100kit.cli bench $R/inventory.py --json --report $OUT/report --sweep "${BA[@]}" > $OUT/bench.json 2> $R/bench.err
 rc=$?
 st "bench rc=$rc ($(grep -c . $R/bench.err) progress lines): $(grep -m2 'at most' $R/bench.err | tr '\n' ' ')"
 [ $rc = 2 ] && tail -n 3 $R/bench.err | tee -a $R/progress.log
