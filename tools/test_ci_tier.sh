@@ -10,16 +10,17 @@ mkdir -p build
 log=build/fast-tests.log
 # a background job of a non-interactive shell ignores SIGINT (Python then installs no handler), so .ci/run's INT
 # before CI's limit reaches the fast tests as TERM
-.venv/bin/python -m pytest -rs --durations=10 -m "not lab and not full" "$@" > "$log" 2>&1 &
+.venv/bin/python -m pytest -rfEs --durations=10 -m "not lab and not full" "$@" > "$log" 2>&1 &
 fast=$!
 trap 'kill -TERM "$fast" 2>/dev/null' INT TERM
-.venv/bin/python -m pytest -rs --durations=20 -m "lab and not full" "$@"
+.venv/bin/python -m pytest -rfEs --durations=20 -m "lab and not full" "$@"
 lab=$?
 wait "$fast"
 fast_rc=$?
 echo
 echo "== the fast tests (run beside the lab tests above; their whole output: $log)"
 tail -n 25 "$log"
+grep -E "^(FAILED|ERROR) " "$log" || true  # every failure named, however long the summary
 echo "== CI's tier: lab tests exit $lab, fast tests exit $fast_rc"
 [ "$lab" = 0 ] || exit "$lab"
 exit "$fast_rc"
