@@ -580,8 +580,11 @@ def local_parts_problems(key: str, inst: LlamaCppInstance, path: str) -> list[st
 
 
 def _unify(inst: LlamaCppInstance, tree: Tree) -> bool:
-    """Whether slots share one KV pool: kv_unified as set, else where the tree can cap each slot."""
-    return tree.can_unify if inst.kv_unified is None else inst.kv_unified
+    """Whether slots share one KV pool: only where kv_unified is set true (kv_unified_problems refuses it on a tree
+    without --kv-unified-per-slot). Unset, each slot has a KV stream of its own (-c split evenly): with a unified
+    pool every slot's attention runs over the cells of all of them (src/llama-kv-cache.cpp masks the others' cells),
+    measured slower at long prompts (roles/llama_cpp/slots.py's docstring)."""
+    return bool(inst.kv_unified)
 
 
 def kv_unified_problems(key: str, inst: LlamaCppInstance, tree: Tree) -> list[str]:

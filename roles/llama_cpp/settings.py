@@ -61,8 +61,9 @@ class LlamaCppInstance(InstanceOnGpus):
                                         "the context, else 4, 2, 1 (roles/llama_cpp/slots.py: measured)")
     kv_unified: bool | None = Field(
         None, description="-kvu: one KV cache pool shared by the slots, each capped at context "
-                          "(--kv-unified-per-slot); None: on with more than one slot where the pinned tree has "
-                          "both flags; false: -c split evenly per slot")
+                          "(--kv-unified-per-slot; needs both flags in the pinned tree); None/false: -c split "
+                          "evenly, a KV stream per slot (measured faster with long prompts: "
+                          "roles/llama_cpp/slots.py)")
     flash_attn: Literal["on", "off", "auto"] = Field("auto", description="-fa")
     metrics: bool = Field(True, description="--metrics: Prometheus endpoint")
     allow_offload: bool = Field(

@@ -7,11 +7,15 @@ unified KV cache served 8 clients best; an f16 KV cache decodes 14-32 % faster t
 depth 0 to 32768). So, where settings leave them unset: SLOT_CANDIDATES, most first; f16 before q8_0; and the
 context of one request as long as the model was trained for, as far as the GPU holds it for every slot at once.
 
-How the pool is laid out (the pinned tree's own code): with a unified cache (-kvu) every slot draws from one pool of
--c cells (src/llama-context.cpp: n_ctx_seq = n_ctx when kv_unified); `--kv-unified-per-slot N` caps each slot at N
-tokens (tools/server/server-context.cpp n_ctx_slot(), which also caps at the trained context). A request that finds
-the pool full fails every running request ("Context size has been exceeded", server-context.cpp), so the pool is
-always slots x per-request context: every slot can hold a full-length request at the same time.
+How the pool is laid out (the pinned tree's own code): -c is always slots x per-request context, so every slot can
+hold a full-length request at the same time. By default each slot has a KV stream of its own (an explicit -np
+without -kvu: src/llama-context.cpp n_ctx_seq = n_ctx / n_seq_max). With `kv_unified: true` (-kvu) every slot draws
+from one pool of -c cells, each capped by `--kv-unified-per-slot` (tools/server/server-context.cpp n_ctx_slot());
+there each decode step's attention spans the cells of every slot, so long concurrent prompts slow every stream.
+Measured (H200, default pin's tree, Llama-3.2-1B-shaped Q4_K_M, 16384-token prompts, 128 output tokens, 16
+requests per level; tools/gpu/README.md has the commands): 8 slots with a stream each against the unified pool
+served 184.2 against 96.0 end-to-end tok/s at 8 clients (1.92x) and 122.3 against 63.0 at 16, TTFT p50 2,776 against
+4,220 ms at 8 clients; single-stream decode 497 against 545 tok/s, within that run's spread (-np 1: 508).
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ Q8_0_DECODE_RATIO = {0: 0.86, 4096: 0.82, 16384: 0.72, 32768: 0.68}
 @dataclass(frozen=True)
 class Serving:
     """What one instance runs with: `slots` (-np), `context` tokens one request may use (prompt + output), the
-    pool of slots x context cells (-c), `unified` (-kvu with --kv-unified-per-slot context; False: -c split evenly
-    per slot, the tree's only way without that flag), its KV cache (`kv`) and why, one line each."""
+    pool of slots x context cells (-c), `unified` (-kvu with --kv-unified-per-slot context, only where kv_unified
+    is set true; False, the default: -c split evenly, a KV stream per slot), its KV cache (`kv`) and why, one line
+    each."""
 
     slots: int
     context: int
@@ -79,8 +84,8 @@ def choose(slots_set: int | None, context_set: int | None, trained: int, candida
     slots_set / context_set: the `parallel` and `context` settings (None: chosen here). trained: the model's
     trained context, tokens (0: not recorded). candidates: the KV cache choices that keep attention on the GPU,
     preferred first (f16 before q8_0; one element when the types are set). plan(context, slots, kv): the memory
-    planner's verdict for `slots` slots of `context` tokens each. can_unify: the tree has -kvu and
-    --kv-unified-per-slot.
+    planner's verdict for `slots` slots of `context` tokens each. can_unify: the slots share one pool (kv_unified
+    set true, on a tree with -kvu and --kv-unified-per-slot).
 
     The first (slots, KV) in SLOT_CANDIDATES x candidates order whose plan fits at the set context, or at
     min(trained, CONTEXT_FLOOR) when context is unset, wins; an unset context then grows to the longest that fits
@@ -126,7 +131,8 @@ def _serving(slots: int, context: int, kv: KvChoice, slots_set: int | None, cont
                                               f" (the longest that fits for every slot, up to the trained "
                                               f"{trained or 'context'})"),
            f"KV cache pool {slots * context} tokens" + (", unified (-kvu, each slot capped at its share)"
-                                                         if unified else ""),
+                                                         if unified else
+                                                         f", a stream of {context} per slot" if slots > 1 else ""),
            f"KV cache {kv.cache_type_k}/{kv.cache_type_v}"
            + ("" if len(candidates) == 1 else
               " (f16 fits)" if kv.cache_type_k == "f16" else " (f16 does not fit)") + _q8_cost(kv)]

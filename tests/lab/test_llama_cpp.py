@@ -104,7 +104,7 @@ def test_default_slots_answer_4_concurrent_requests_at_once(target):
     serving = target.llama.instances[0].serving
     assert serving.slots >= 4 and target.llama.instances[0].settings.parallel is None
     log = target.host.check_output(f"journalctl -u {UNIT} -b --no-pager -o cat")
-    assert f"n_slots = {serving.slots}, n_ctx_slot = {serving.context}, kv_unified = 'true'" in log, log[-3000:]
+    assert f"n_slots = {serving.slots}, n_ctx_slot = {serving.context}, kv_unified = 'false'" in log, log[-3000:]
     load = Load(depths=(32,), output_tokens=256, concurrency=(4,), requests_per_level=4, warmup_requests=0)
     before = len(log.splitlines())
     samples = loadgen.run_level(f"http://127.0.0.1:{port}", key, "tiny", load, 4)

@@ -110,15 +110,14 @@ def test_a_small_model_gets_8_slots_of_its_whole_trained_context_with_f16(shapes
     i, a = decide(shapes["small"], V100_16)
     assert (i.serving.slots, i.serving.context, i.kv.cache_type_k, i.kv.cache_type_v) == (8, 32768, "f16", "f16")
     assert (a["-np"], a["-c"], a["-ctk"], a["-ctv"]) == ("8", str(8 * 32768), "f16", "f16")
-    assert "-kvu" in a and a["--kv-unified-per-slot"] == "32768"  # each slot capped at its share of the pool
+    assert "-kvu" not in a and "--kv-unified-per-slot" not in a  # a KV stream per slot: -c / -np each
     assert i.memory.kv_bytes == 8 * 32768 * shapes["small"]["f16"]  # llama.cpp's formula for the whole pool
 
 
 def test_where_f16_does_not_fit_8_requests_of_8192_q8_0_is_chosen_and_its_cost_said(shapes):
     i, a = decide(shapes["mid"], V100_16)
     assert (i.serving.slots, i.serving.context, i.kv.cache_type_k) == (8, 8192, "q8_0")
-    assert (a["-np"], a["-c"], a["-ctk"], a["-ctv"], a["--kv-unified-per-slot"]) == \
-        ("8", "65536", "q8_0", "q8_0", "8192")
+    assert (a["-np"], a["-c"], a["-ctk"], a["-ctv"]) == ("8", "65536", "q8_0", "q8_0") and "-kvu" not in a
     why = " ".join(i.serving.why)
     assert "f16 does not fit" in why and "0.86 at depth 0" in why  # the measured decode ratio q8_0/f16
     assert "8 request(s) of up to 8192 tokens fit at once" in i.memory.reasons
@@ -139,7 +138,7 @@ def test_a_long_trained_context_grows_to_what_the_gpu_holds_for_every_slot(shape
     lo = (free - ALLOWANCE - margin) // (8 * (m["f16"] + MASK_PER_CELL))
     assert i.kv.cache_type_k == "f16" and i.serving.slots == 8
     assert lo <= i.serving.context <= hi and i.serving.context % 256 == 0, (lo, i.serving.context, hi)
-    assert a["-c"] == str(8 * i.serving.context) and a["--kv-unified-per-slot"] == str(i.serving.context)
+    assert a["-c"] == str(8 * i.serving.context) and "--kv-unified-per-slot" not in a
     assert i.memory.fits and i.memory.kv_bytes == 8 * i.serving.context * m["f16"]
     assert i.memory.budget_bytes - i.memory.total_bytes >= margin
 
@@ -177,10 +176,12 @@ def test_explicit_types_are_kept_when_they_fit(shapes):
     assert (a["-ctk"], a["-ctv"], i.serving.slots, i.serving.context) == ("q8_0", "q8_0", 8, 32768)
 
 
-def test_plan_level_the_default_instance_renders_8_unified_slots_into_its_environment_file(tmp_path):
+@pytest.mark.parametrize("unified", [None, True], ids=["default", "kv_unified"])
+def test_plan_level_the_default_instance_renders_8_slots_into_its_environment_file(unified, tmp_path):
     """Facts in, commands out (tests/plan/harness.py): the lab's tiny model (trained 8192 tokens, head size 16: f16
-    only) with slots and context unset; the EnvironmentFile the deploy uploads carries the pool, the slots and the
-    per-slot cap as llama-server's own flags (common/arg.cpp: -c, -np, -kvu, --kv-unified-per-slot)."""
+    only) with slots and context unset; the EnvironmentFile the deploy uploads carries the pool and the slots as
+    llama-server's own flags (common/arg.cpp: -c, -np): by default a KV stream per slot (no -kvu), with kv_unified:
+    true the unified pool with each slot capped at its share (-kvu, --kv-unified-per-slot)."""
     import re
 
     from lab.models import write_tiny_llama
@@ -189,13 +190,17 @@ def test_plan_level_the_default_instance_renders_8_unified_slots_into_its_enviro
     path = write_tiny_llama(tmp_path / "tiny.gguf")
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     placed = "/var/lib/llm/models/tiny.gguf"
-    _, files = plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": {"model_source": str(path),
-                                                                         "model_sha256": sha, "port": 8081}}},
+    tiny = {"model_source": str(path), "model_sha256": sha, "port": 8081}
+    tiny.update({"kv_unified": True} if unified else {})
+    _, files = plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": tiny}},
                             responses={f"sha256sum {placed} 2>": [f"{sha}  {placed}"]})
     env = files["/etc/llama-server/tiny.env"]
     a = args_of(re.search(r"^LLAMA_SERVER_ARGS=(.*)$", env, re.M).group(1))
-    assert (a["-c"], a["-np"], a["--kv-unified-per-slot"], a["-ctk"]) == ("65536", "8", "8192", "f16"), env
-    assert "-kvu" in a
+    assert (a["-c"], a["-np"], a["-ctk"]) == ("65536", "8", "f16"), env
+    if unified:
+        assert "-kvu" in a and a["--kv-unified-per-slot"] == "8192", env
+    else:
+        assert "-kvu" not in a and "--kv-unified" not in a and "--kv-unified-per-slot" not in a, env
 
 
 def test_two_instances_on_one_gpu_each_size_their_pool_within_half_of_it(shapes):
@@ -226,7 +231,7 @@ def test_a_context_the_server_would_cap_at_the_trained_one_is_refused(shapes):
     assert any("llama_cpp_instances.m.context = 65536" in p and "at most 32768 tokens per request" in p
                and "rope_scale 2" in p for p in problems), problems
     i, a = decide(m, V100_32, context=65536, rope_scaling="yarn", rope_scale=2.0, yarn_orig_ctx=32768)
-    assert a["--kv-unified-per-slot"] == "65536" and a["--rope-scale"] == "2"
+    assert a["-c"] == str(i.serving.slots * 65536) and a["--rope-scale"] == "2"
 
 
 def test_a_larger_physical_batch_is_planned_with_its_compute_buffer(shapes):
