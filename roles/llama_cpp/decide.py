@@ -582,7 +582,7 @@ def local_parts_problems(key: str, inst: LlamaCppInstance, path: str) -> list[st
 def _unify(inst: LlamaCppInstance, tree: Tree) -> bool:
     """Whether slots share one KV pool: only where kv_unified is set true (kv_unified_problems refuses it on a tree
     without --kv-unified-per-slot). Unset, each slot has a KV stream of its own (-c split evenly): with a unified
-    pool every slot's attention runs over the cells of all of them (src/llama-kv-cache.cpp masks the others' cells),
+    pool every slot's attention runs over the cells of all of them (src/llama-kv-cache.cpp get_n_kv),
     measured slower at long prompts (roles/llama_cpp/slots.py's docstring)."""
     return bool(inst.kv_unified)
 

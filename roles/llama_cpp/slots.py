@@ -3,7 +3,7 @@ cache pool all slots share (-c) and its type, chosen for throughput within the G
 
 Why these defaults (measured on an H200 with the default pin's tree, an 8B-shaped Q4_K_M model; issue 26's tables):
 with one slot every second client queues (at 8 clients 0.64 of the best aggregate, 6x the TTFT); 8 slots with a
-unified KV cache served 8 clients best; an f16 KV cache decodes 14-32 % faster than q8_0 (llama-bench tg128 at
+KV stream each served 8 clients best (below); an f16 KV cache decodes 14-32 % faster than q8_0 (llama-bench tg128 at
 depth 0 to 32768). So, where settings leave them unset: SLOT_CANDIDATES, most first; f16 before q8_0; and the
 context of one request as long as the model was trained for, as far as the GPU holds it for every slot at once.
 
@@ -11,11 +11,16 @@ How the pool is laid out (the pinned tree's own code): -c is always slots x per-
 hold a full-length request at the same time. By default each slot has a KV stream of its own (an explicit -np
 without -kvu: src/llama-context.cpp n_ctx_seq = n_ctx / n_seq_max). With `kv_unified: true` (-kvu) every slot draws
 from one pool of -c cells, each capped by `--kv-unified-per-slot` (tools/server/server-context.cpp n_ctx_slot());
-there each decode step's attention spans the cells of every slot, so long concurrent prompts slow every stream.
-Measured (H200, default pin's tree, Llama-3.2-1B-shaped Q4_K_M, 16384-token prompts, 128 output tokens, 16
-requests per level; tools/gpu/README.md has the commands): 8 slots with a stream each against the unified pool
-served 184.2 against 96.0 end-to-end tok/s at 8 clients (1.92x) and 122.3 against 63.0 at 16, TTFT p50 2,776 against
-4,220 ms at 8 clients; single-stream decode 497 against 545 tok/s, within that run's spread (-np 1: 508).
+there each decode step's attention runs over the cells of every slot (src/llama-kv-cache.cpp get_n_kv: the used
+span of the stream, one stream for all slots; the mask hides the others' cells), so long concurrent prompts slow
+every stream.
+Measured (H200, default pin's tree, 128 output tokens, 16 requests per level (2 per client in the 8B
+38-token run); tools/gpu/README.md has the commands,
+tests/data/bench_sweep_h200_*.json the runs): with 16k-token prompts at 8 clients, 8 slots with a stream each
+against the unified pool served 52.0 against 29.2 end-to-end tok/s on an 8B-shaped Q4_K_M (TTFT p50 10.6 against
+15.2 s) and 162.5 against 86.3 on a 1B one (3.0 against 4.6 s); with 38-token prompts the split pool was as fast
+or faster end to end (8B 704.8 against 652.2 tok/s, TTFT p50 73.5 against 108.0 ms). Single-stream decode within
+0.95 of the unified pool's but for the 1B model at 16k (0.946).
 """
 
 from __future__ import annotations
