@@ -156,14 +156,18 @@ def test_without_a_gpu_the_gpu_check_is_skipped_and_says_so(target, provisioned,
 
 def test_kv_cache_size_matches_the_planner(target):
     """The planner's KV cache arithmetic against what llama-server reports allocating for the same model, context
-    and cache types (llama_kv_cache_unified: size = X MiB (N cells, ...))."""
+    and cache types (llama_kv_cache: size = X MiB (N cells, L layers, S/T seqs): N cells per stream)."""
     log = target.host.check_output(f"journalctl -u {UNIT} -b --no-pager -o cat")
-    found = re.findall(r"llama_kv_cache\w*: size =\s*([\d.]+) MiB \(\s*(\d+) cells", log)
+    # src/llama-kv-cache.cpp: "(%6u cells, %3d layers, %2u/%u seqs)": cells per KV stream, n_seq_max/n_stream
+    found = re.findall(r"llama_kv_cache\w*: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*\d+ layers,\s*(\d+)/(\d+) seqs",
+                       log)
     assert found, log[-2000:]
-    mib, cells = found[-1]
+    mib, cells, seqs, streams = found[-1]
     memory = target.llama.instances[0].memory
     serving = target.llama.instances[0].serving  # the lab's tiny model leaves slots and context to the defaults
-    assert int(cells) == serving.slots * serving.context == memory.context * serving.slots
+    # the default: a KV stream per slot (roles/llama_cpp/slots.py); the pool is all streams' cells together
+    assert (int(seqs), int(streams)) == (serving.slots, 1 if serving.unified else serving.slots), found[-1]
+    assert int(cells) * int(streams) == serving.slots * serving.context == memory.context * serving.slots
     reported = float(mib) * (1 << 20)
     assert abs(reported - memory.kv_bytes) <= 0.05 * memory.kv_bytes, (reported, memory.kv_bytes)
 
