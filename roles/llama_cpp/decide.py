@@ -559,7 +559,7 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     kvs, more = kv_candidates(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
                               compute_capability(settings, given_gpus(settings, gpus, inst.gpus)), tree.fa_all_quants)
     chosen = serving.choose(inst.parallel, inst.context, model.context_length, kvs,
-                            planner_for(inst, model, settings, gpus, tree.cuda_version, share), _unify(inst, tree))
+                            planner_for(inst, model, settings, gpus, tree.cuda_version, share), bool(inst.kv_unified))
     memory, even_more = memory_plan(key, inst, model, path, chosen, settings, gpus, tree.cuda_version, share)
     gpu_layers = model.n_layers - memory.layers_offloaded if memory and memory.outcome == "offload" else None
     return path, memory, chosen, problems + more + even_more, gpu_layers
@@ -577,14 +577,6 @@ def local_parts_problems(key: str, inst: LlamaCppInstance, path: str) -> list[st
             problems.append(problem(f"{key}.model_parts_sha256[{i}]", part.sha256,
                                     f"{part.source}'s sha256 is {actual}", "check the file, then the checksum"))
     return problems
-
-
-def _unify(inst: LlamaCppInstance, tree: Tree) -> bool:
-    """Whether slots share one KV pool: only where kv_unified is set true (kv_unified_problems refuses it on a tree
-    without --kv-unified-per-slot). Unset, each slot has a KV stream of its own (-c split evenly): with a unified
-    pool every slot's attention runs over the cells of all of them (src/llama-kv-cache.cpp get_n_kv),
-    measured slower at long prompts (roles/llama_cpp/slots.py's docstring)."""
-    return bool(inst.kv_unified)
 
 
 def kv_unified_problems(key: str, inst: LlamaCppInstance, tree: Tree) -> list[str]:
@@ -645,7 +637,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
                                   compute_capability(settings, given_gpus(settings, gpus, inst.gpus)),
                                   tree.fa_all_quants)
         more += even_more
-        chosen = serving.unread(inst.parallel, inst.context, kv, _unify(inst, tree))
+        chosen = serving.unread(inst.parallel, inst.context, kv, bool(inst.kv_unified))
     more += kv_unified_problems(key, inst, tree)
     more += extra_args_problems(f"{key}.extra_args", inst.extra_args, tree.server_flags) + typed_problems(
         key, inst, tree.server_flags, len(inst.gpus) if inst.gpus else gpu_count(settings, gpus))

@@ -83,14 +83,14 @@ def _q8_cost(kv: KvChoice) -> str:
 
 
 def choose(slots_set: int | None, context_set: int | None, trained: int, candidates: list[KvChoice],
-           plan: Callable[[int, int, KvChoice], Plan], can_unify: bool) -> Serving:
+           plan: Callable[[int, int, KvChoice], Plan], unified_set: bool) -> Serving:
     """The slots, per-request context and KV cache of one instance whose model header was read.
 
     slots_set / context_set: the `parallel` and `context` settings (None: chosen here). trained: the model's
     trained context, tokens (0: not recorded). candidates: the KV cache choices that keep attention on the GPU,
     preferred first (f16 before q8_0; one element when the types are set). plan(context, slots, kv): the memory
-    planner's verdict for `slots` slots of `context` tokens each. can_unify: the slots share one pool (kv_unified
-    set true, on a tree with -kvu and --kv-unified-per-slot).
+    planner's verdict for `slots` slots of `context` tokens each. unified_set: the kv_unified setting is true (the
+    slots share one pool; kv_unified_problems refuses it where the tree lacks -kvu or --kv-unified-per-slot).
 
     The first (slots, KV) in SLOT_CANDIDATES x candidates order whose plan fits at the set context, or at
     min(trained, CONTEXT_FLOOR) when context is unset, wins; an unset context then grows to the longest that fits
@@ -106,8 +106,8 @@ def choose(slots_set: int | None, context_set: int | None, trained: int, candida
             if not p.fits:
                 continue
             context = want if context_set else max(want, _grown(want, trained, slots, kv, p, plan))
-            return _serving(slots, context, kv, slots_set, context_set, trained, can_unify, candidates)
-    return _serving(slot_tries[-1], want, candidates[-1], slots_set, context_set, trained, can_unify, candidates,
+            return _serving(slots, context, kv, slots_set, context_set, trained, unified_set, candidates)
+    return _serving(slot_tries[-1], want, candidates[-1], slots_set, context_set, trained, unified_set, candidates,
                     fits=False)
 
 
@@ -127,8 +127,8 @@ def _grown(want: int, trained: int, slots: int, kv: KvChoice, p: Plan, plan: Cal
 
 
 def _serving(slots: int, context: int, kv: KvChoice, slots_set: int | None, context_set: int | None, trained: int,
-             can_unify: bool, candidates: list[KvChoice], fits: bool = True) -> Serving:
-    unified = slots > 1 and can_unify
+             unified_set: bool, candidates: list[KvChoice], fits: bool = True) -> Serving:
+    unified = slots > 1 and unified_set
     why = [f"{slots} slot(s)" + (" as set" if slots_set else
                                  f" (the most of {', '.join(map(str, SLOT_CANDIDATES))} that fit)" if fits else
                                  f" (none of {', '.join(map(str, SLOT_CANDIDATES))} fits: the fewest)"),
@@ -144,12 +144,12 @@ def _serving(slots: int, context: int, kv: KvChoice, slots_set: int | None, cont
     return Serving(slots, context, unified, kv, tuple(why))
 
 
-def unread(slots_set: int | None, context_set: int | None, kv: KvChoice, can_unify: bool) -> Serving:
+def unread(slots_set: int | None, context_set: int | None, kv: KvChoice, unified_set: bool) -> Serving:
     """The serving of an instance whose model header is not readable before the deploy: the settings as given,
     else UNREAD_SLOTS slots of CONTEXT_FLOOR tokens each."""
     slots = slots_set or UNREAD_SLOTS
     context = context_set or CONTEXT_FLOOR
-    unified = slots > 1 and can_unify
+    unified = slots > 1 and unified_set
     return Serving(slots, context, unified, kv, (
         f"the model is not readable before the deploy: {slots} slot(s) of {context} tokens"
         + ("" if context_set else " (set context and parallel for what the GPU holds)"),))
