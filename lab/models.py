@@ -123,6 +123,10 @@ HF_CONFIG = {
     "eos_token_id": 2,
 }
 
+#: What the tiny llama above changes to be served by LMDeploy's TurboMind: one head of 64, TurboMind's smallest
+#: attention kernel on compute capability 7.0 (roles/lmdeploy/decide.py TURBOMIND_SM70_HEAD_DIMS); it has none of 32.
+TURBOMIND_CONFIG = {"num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 64}
+
 
 def write_tiny_hf(directory: Path, seed: int = 0, config: dict | None = None) -> Path:
     """Write config.json and model.safetensors (random float16 weights, llama tensor names) into `directory`.

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from roles import planner
 from roles.engines import (compute_capability, given_gpus, gpu_count, hf_instance_model, network_listener,
                            outside_use, port_clashes, usable_mib)
-from roles.lmdeploy.flags import ServeArgs, resolve_option, serve_argv
+from roles.lmdeploy.flags import MANY_VALUE_OPTIONS, NO_VALUE_OPTIONS, ServeArgs, resolve_option, serve_argv
 from roles.lmdeploy.planner import KvPlan, KvShape, plan_kv
 from roles.lmdeploy.quant import TurbomindFormat, architecture_problems, turbomind_format
 from roles.lmdeploy.versions import LMDEPLOY_RELEASES, LOCK_DIR, LmdeployRelease
@@ -68,7 +68,20 @@ PLAN_CHANGING_FLAGS = {"--dp": "data parallel runs more engines than the plan's 
                        "--nnodes": "the plan is for one host", "--node-rank": "the plan is for one host",
                        "--dist-init-addr": "the plan is for one host",
                        "--device": "the plan is for CUDA GPUs",
-                       "--disable-metrics": "the monitoring role scrapes its /metrics"}
+                       "--disable-metrics": "the monitoring role scrapes its /metrics",
+                       "--ssl": "it serves HTTPS, and the deploy's, verify's and the bench's checks speak HTTP to "
+                                "its /health and API",
+                       "--help": "api_server prints its help and exits 0, and the unit's Restart=on-failure does "
+                                 "not restart a clean exit: the instance stays down"}
+#: --log-level values at which LMDeploy logs each request's prompt: RequestLogger.log_prompt and log_inputs write
+#: `prompt=...` at REQUEST_LOG_LEVEL 15 (lmdeploy/logger.py, lmdeploy/utils.py, v0.15.0), below INFO (20) and above
+#: DEBUG (10); NOTSET leaves the level to Python's logging hierarchy, not checked. The parser's default is WARNING.
+PROMPT_LOG_LEVELS = frozenset({"DEBUG", "REQUEST", "NOTSET"})
+#: TurboMind's attention and decoding kernels on compute capability 7.0 and 7.5, by head dimension
+#: (src/turbomind/kernels/attention/kernel/{attention,decoding}_sm70_{64,128,256,576}.cu, v0.15.0; sm80 adds 192).
+#: Registry::Find finds none for another head_dim and TM_CHECK stops the engine at its first forward
+#: (kernels/attention/attention.cu, registry.cu).
+TURBOMIND_SM70_HEAD_DIMS = (64, 128, 256, 576)
 
 
 @dataclass(frozen=True)
@@ -214,17 +227,50 @@ def memory(key: str, inst, hf: planner.HfModel, shape: KvShape, session_len: int
 
 def extra_args_problems(key: str, args: list[str]) -> list[str]:
     """One problem per word of extra_args that LMDeploy 0.15.0's parser would refuse, or take for a flag a setting
-    owns, --api-keys (the key goes through the launcher, never argv), or a flag that changes what was planned
-    (PLAN_CHANGING_FLAGS). Read as that parser reads them: `--flag=value` counts as --flag, its FlexibleArgumentParser
-    turns `_` into `-` in a `--` flag's name (lmdeploy/cli/utils.py:829-850), and argparse takes a unique prefix of a
-    long option for it (flags.resolve_option: --server-p is --server-port, --ap is --api-keys). Words not starting
-    with `--` are values."""
+    owns, --api-keys (the key goes through the launcher, never argv), a flag that changes what was planned or stops
+    the instance (PLAN_CHANGING_FLAGS), or a --log-level that logs prompts (PROMPT_LOG_LEVELS). Read as that parser
+    reads them: `--flag=value` counts as --flag, its FlexibleArgumentParser turns `_` into `-` in a `--` flag's name
+    (lmdeploy/cli/utils.py:829-850), argparse takes a unique prefix of a long option for it (flags.resolve_option:
+    --server-p is --server-port, --ap is --api-keys), and a word not starting with `-` (or a negative number) is a
+    value of the option before it (none for NO_VALUE_OPTIONS, one, or any number for MANY_VALUE_OPTIONS); a value
+    with no option to take it is a second positional argument, which api_server refuses (its only one, the model
+    path, the toolkit sets). api_server has no short option but -h."""
     problems = []
+    takes = 0  # values the option before may still take: 0, 1, or -1 (any number)
+    option = None
     for word in args:
-        if not word.startswith("--") or word == "--":
+        if word in ("--", "-") or not word.startswith("-") or word[1].isdigit() or word[1] == ".":
+            if word == "--":
+                problems.append(problem(f"{key}.extra_args", word, "argparse reads every word after it as a "
+                                        "positional argument, and api_server takes one, the model path the toolkit "
+                                        "sets", "remove it"))
+            elif takes == 0:
+                problems.append(problem(f"{key}.extra_args", word, "no option before it takes a value, so LMDeploy "
+                                        "0.15.0's api_server reads it as a second positional argument after the "
+                                        "model path and refuses it (unrecognized arguments)",
+                                        "remove it, or put it right after the option it is the value of"))
+            elif option == "--log-level" and word.upper() in PROMPT_LOG_LEVELS:
+                problems.append(problem(f"{key}.extra_args", f"--log-level {word}", "LMDeploy writes every "
+                                        "request's prompt to the journal at this level (lmdeploy/logger.py "
+                                        "RequestLogger: level REQUEST, 15)", "use INFO or above, or remove it"))
+            takes = max(takes - 1, -1) if takes > 0 else takes
+            continue
+        if not word.startswith("--"):
+            why = ("it prints the help and exits 0, and the unit's Restart=on-failure does not restart a clean "
+                   "exit" if word == "-h" else "api_server has no short options but -h (unrecognized arguments)")
+            problems.append(problem(f"{key}.extra_args", word, f"LMDeploy 0.15.0: {why}",
+                                    "remove it" if word == "-h" else "spell the long option out (--tp, not -tp)"))
+            takes, option = -1, None  # what follows is judged as values: one wrong word, one problem
             continue
         flag = "--" + word.split("=", 1)[0][2:].replace("_", "-")
         option, candidates = resolve_option(flag)
+        inline = "=" in word
+        takes = (0 if inline or option in NO_VALUE_OPTIONS else -1 if option in MANY_VALUE_OPTIONS or option is None
+                 else 1)
+        if inline and option == "--log-level" and word.split("=", 1)[1].upper() in PROMPT_LOG_LEVELS:
+            problems.append(problem(f"{key}.extra_args", word, "LMDeploy writes every request's prompt to the "
+                                    "journal at this level (lmdeploy/logger.py RequestLogger: level REQUEST, 15)",
+                                    "use INFO or above, or remove it"))
         # the flag alone in a refusal where the word could carry a key (`--api-keys=KEY`, `--ap=KEY`)
         shown = flag if option == "--api-keys" or "--api-keys" in candidates else word
         if option is None:
@@ -296,6 +342,13 @@ def instance(name: str, inst, settings, gpus: list[GpuInfo],
         except (KeyError, TypeError, ValueError) as e:
             shape, more = None, [problem(f"{key}.model", model_path, f"config.json lacks {e}", "fix the config.json")]
             problems += more
+        if shape is not None and cc < (8, 0) and shape.head_dim not in TURBOMIND_SM70_HEAD_DIMS:
+            problems.append(problem(chosen, inst.model_source or inst.model_path, f"its head dimension "
+                                    f"{shape.head_dim} has no TurboMind attention kernel on compute capability "
+                                    f"{cc[0]}.{cc[1]} (LMDeploy 0.15.0 has {', '.join(map(str, TURBOMIND_SM70_HEAD_DIMS))}"
+                                    "): the engine would stop at its first request", "serve a GGUF of the model "
+                                    "with llama.cpp (llama_cpp_instances), or choose a model of one of those head "
+                                    "dimensions"))
         if shape is not None and shape.kv_heads % inst.tp:
             problems.append(problem(f"{key}.tp", inst.tp, f"the model's {shape.kv_heads} KV heads do not split "
                                     "evenly over the ranks", "choose a tp that divides the KV heads"))

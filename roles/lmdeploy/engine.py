@@ -108,7 +108,8 @@ ENGINE = Engine(
     hub_file=False, hub_sha256=False,
     summary=_summary, table=_table, memory_line=_memory_line,
     # no line in the plan: the toolkit sets no --log-level (LMDeploy 0.15.0's parser defaults to WARNING,
-    # tests/data/lmdeploy/parsed-0.15.0.json) and has not checked which of its lines carry prompts
+    # tests/data/lmdeploy/parsed-0.15.0.json); prompts are logged at REQUEST (15), below it, and extra_args
+    # refuses the levels that reach it (decide.PROMPT_LOG_LEVELS)
     request_logging=lambda p: None,
     bench=BENCH,
     deploy="roles.lmdeploy.deploy:deploy_engine",

@@ -45,6 +45,20 @@ API_SERVER_OPTIONS = (
 )
 
 
+#: the options of API_SERVER_OPTIONS that take no value (action='store_true'; --help), and those that take any
+#: number of values (nargs '*' or '+'); every other option takes exactly one (lmdeploy/cli/utils.py and
+#: cli/serve.py at v0.15.0, their add_argument calls). extra_args_problems reads a word after these as argparse does.
+NO_VALUE_OPTIONS = frozenset({
+    "--allow-credentials", "--allow-terminate-by-client", "--disable-fastapi-docs", "--disable-metrics",
+    "--eager-mode", "--enable-abort-handling", "--enable-eplb", "--enable-microbatch", "--enable-prefix-caching",
+    "--enable-return-routed-experts", "--help", "--language-model-only", "--ssl", "--trust-remote-code",
+})
+MANY_VALUE_OPTIONS = frozenset({
+    "--adapters", "--allow-headers", "--allow-methods", "--allow-origins", "--allowed-media-domains", "--api-keys",
+    "--cudagraph-capture-batch-sizes",
+})
+
+
 def resolve_option(flag: str) -> tuple[str | None, list[str]]:
     """What LMDeploy 0.15.0's api_server parser takes the long option word `flag` ('--server-p', without '=value';
     '_' already read as '-') for: (the option, []) for an exact option or a unique prefix of one; (None, the options

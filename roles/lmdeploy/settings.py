@@ -50,7 +50,8 @@ class LmdeployInstance(HfModelInstance):
                            "key on its API routes only, prefer a proxy in front")
     extra_args: list[ArgWord] = Field(
         default_factory=list, description="further `lmdeploy serve api_server` arguments, appended as given; not a "
-                                          "flag a setting owns, nor --api-keys")
+                                          "flag a setting owns, nor --api-keys, -h, a short option, a stray value or "
+                                          "a prompt-logging --log-level")
 
 
 class LmdeploySettings(BaseModel):

@@ -19,7 +19,7 @@ import testinfra
 
 from lab.data import api_key_file
 from lab.harness import HOSTS
-from lab.models import write_tiny_hf
+from lab.models import TURBOMIND_CONFIG, write_tiny_hf
 from lab.provision import deploy
 from roles.lmdeploy.decide import CURRENT, UV
 from roles.lmdeploy.versions import DEFAULT_VERSION, LMDEPLOY_RELEASES
@@ -38,10 +38,10 @@ def lock_pins(text: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tx(provisioned, tmp_path_factory):
-    """lab-trixie deployed with the lab's settings and lmdeploy@tiny (the tiny model's config with AWQ's
-    quantization_config: TurboMind is told --model-format awq; nothing loads it without a GPU); the lab's own
+    """lab-trixie deployed with the lab's settings and lmdeploy@tiny (the tiny model's config with TurboMind's head size
+    and AWQ's quantization_config: TurboMind is told --model-format awq; nothing loads it without a GPU); the lab's own
     settings again afterwards."""
-    model = write_tiny_hf(tmp_path_factory.mktemp("lmdeploy") / "tiny-awq", config={"quantization_config": AWQ})
+    model = write_tiny_hf(tmp_path_factory.mktemp("lmdeploy") / "tiny-awq", config={**TURBOMIND_CONFIG, "quantization_config": AWQ})
     inst = {"model_source": str(model), "port": PORT, "session_len": 4096, "api_key_file": str(api_key_file())}
     args = [*data_args({"lmdeploy_instances": {"tiny": inst}}), "--limit", TRIXIE.name]
     host = testinfra.get_host(provisioned.lab.testinfra_url(TRIXIE))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.models import write_tiny_hf
+from lab.models import TURBOMIND_CONFIG, write_tiny_hf
 from roles.lmdeploy.flags import ServeArgs, serve_argv
 from roles.lmdeploy.quant import TurbomindFormat
 from roles.settings import SettingsError
@@ -50,7 +50,7 @@ def plan(instances: dict, responses: dict) -> tuple[list[str], dict[str, str]]:
 
 
 def tiny(tmp_path: Path, quant: dict | None = AWQ) -> str:
-    return str(write_tiny_hf(tmp_path / "m", config={"quantization_config": quant} if quant else {}))
+    return str(write_tiny_hf(tmp_path / "m", config={**TURBOMIND_CONFIG, **({"quantization_config": quant} if quant else {})}))
 
 
 def plan_raw(instances: dict, responses: dict) -> tuple[list[str], dict[str, bytes]]:
@@ -200,8 +200,39 @@ def test_an_architecture_turbomind_lacks_is_refused_before_any_command(tmp_path)
     """A Mistral AWQ checkpoint (huggingface.co/solidrust/Mistral-7B-Instruct-v0.3-AWQ: MistralForCausalLM) is not
     in TurboMind's SUPPORTED_ARCHS (lmdeploy/turbomind/supported_models.py, v0.15.0): LMDeploy would serve it with
     its PyTorch engine despite --backend turbomind (lmdeploy/archs.py autoget_backend), which nothing here planned."""
-    model = str(write_tiny_hf(tmp_path / "m", config={"quantization_config": AWQ,
+    model = str(write_tiny_hf(tmp_path / "m", config={**TURBOMIND_CONFIG, "quantization_config": AWQ,
                                                       "architectures": ["MistralForCausalLM"], "model_type": "mistral"}))
     with pytest.raises(SettingsError) as e:
         plan({"tiny": {"model_source": model}}, TWO_V100)
     assert "lmdeploy_instances.tiny.model_source = 'architecture MistralForCausalLM'" in str(e.value)
+
+
+# Phi-3-mini-4k-instruct's shape (huggingface.co/microsoft/Phi-3-mini-4k-instruct config.json: hidden_size 3072, 32
+# attention heads: head size 96), in an AWQ build: TurboMind's kernels on compute capability 7.0 are for head sizes
+# 64, 128, 256 and 576 only (src/turbomind/kernels/attention/kernel/attention_sm70_{64,128,256,576}.cu at v0.15.0);
+# Registry::Find finds none for 96 and the engine stops at its first forward (attention.cu: "No attention kernel").
+PHI3_AWQ = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 3072,
+            "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+            "max_position_embeddings": 4096, "vocab_size": 32064, "torch_dtype": "float16", "quantization_config": AWQ}
+
+
+@pytest.mark.parametrize("heads, head_dim, refused", [
+    (32, None, True),  # 3072 / 32 = 96
+    (24, None, False),  # 3072 / 24 = 128
+    (12, 256, False),
+    (96, None, True),  # 32
+], ids=["96", "128", "256", "32"])
+def test_a_head_size_turbomind_has_no_sm70_kernel_for_is_refused_before_any_command(heads, head_dim, refused):
+    path = "/srv/models/phi3-awq"
+    config = {**PHI3_AWQ, "num_attention_heads": heads, "num_key_value_heads": heads,
+              **({"head_dim": head_dim} if head_dim else {})}
+    facts = {**TWO_V100, **host_model(path, config, 2_300_000_000)}
+    if not refused:
+        plan({"phi": {"model_path": path, "session_len": 4096}}, facts)
+        return
+    with pytest.raises(SettingsError) as e:
+        plan({"phi": {"model_path": path, "session_len": 4096}}, facts)
+    text = str(e.value)
+    assert f"lmdeploy_instances.phi.model_path = '{path}'" in text
+    assert f"head dimension {3072 // heads}" in text and "compute capability 7.0" in text
+    assert "Fix: serve a GGUF of the model with llama.cpp" in text

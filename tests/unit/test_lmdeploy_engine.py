@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from lab.models import write_tiny_hf
+from lab.models import TURBOMIND_CONFIG, write_tiny_hf
 from roles.engines import Engine, PlanInputs
 from roles.lmdeploy.engine import ENGINE
 from tests.plan.lmdeploy_deploy_settings import settings_of
@@ -19,7 +19,7 @@ def test_every_field_of_the_engine_interface_is_declared():
 
 
 def test_hooks_on_a_plan(tmp_path):
-    model = write_tiny_hf(tmp_path / "m", config={"quantization_config": {"quant_method": "awq", "bits": 4,
+    model = write_tiny_hf(tmp_path / "m", config={**TURBOMIND_CONFIG, "quantization_config": {"quant_method": "awq", "bits": 4,
                                                                           "group_size": 128, "version": "gemm"}})
     s = settings_of({"gpu_count": 2, "lmdeploy_instances": {"q": {"model_source": str(model), "port": 23400,
                                                                   "gpus": [1], "served_model_name": "qwen"}}})
@@ -65,7 +65,8 @@ def test_the_bench_reads_the_tensor_parallel_size_from_each_engine_s_own_setting
     from roles.vllm.engine import ENGINE as VLLM
     from roles.vllm.settings import VllmInstance
 
-    model = write_tiny_hf(tmp_path / "m", config={"num_key_value_heads": 2})  # two KV heads: one per rank
+    model = write_tiny_hf(tmp_path / "m", config={**TURBOMIND_CONFIG, "num_attention_heads": 2,
+                                                  "num_key_value_heads": 2})  # two KV heads: one per rank
     s = settings_of({"gpu_count": 2, "lmdeploy_instances": {"q": {"model_source": str(model), "port": 23400,
                                                                   "gpus": [0, 1], "tp": 2}}})
     p, problems = ENGINE.plan(PlanInputs(s, [], [], None, None, {}, lambda cls, **kw: "3.13"))
@@ -81,7 +82,7 @@ def test_a_session_len_beyond_the_trained_positions_is_a_warning_of_the_plan(tmp
     says so in preflight's warnings instead of staying silent."""
     from lab.models import HF_CONFIG
 
-    model = write_tiny_hf(tmp_path / "m")
+    model = write_tiny_hf(tmp_path / "m", config=TURBOMIND_CONFIG)
     trained = HF_CONFIG["max_position_embeddings"]
     for session_len, warned in ((trained, False), (trained * 4, True)):
         s = settings_of({"lmdeploy_instances": {"q": {"model_source": str(model), "session_len": session_len}}})

@@ -22,10 +22,54 @@ def test_a_key_under_another_spelling_of_api_keys_is_refused(words):
                                            ("--cache_max_entry_count=0.5", "cache_max_entry_count"),
                                            ("--server_port", "port")])
 def test_an_owned_flag_spelled_with_underscores_is_refused_naming_its_setting(word, setting):
-    problems = extra_args_problems("lmdeploy_instances.a", [word, "1"])
+    words = [word] if "=" in word else [word, "1"]  # `--flag=value 1` has a stray word: its own refusal
+    problems = extra_args_problems("lmdeploy_instances.a", words)
     assert len(problems) == 1 and f"use the setting {setting}" in problems[0]
 
 
 def test_other_flags_and_values_pass():
     assert extra_args_problems("lmdeploy_instances.a", ["--enable-prefix-caching", "--log-level", "INFO",
                                                        "--max-prefill-token-num", "4096"]) == []
+
+
+# --- words argparse reads as values, and flags that stop the instance (LMDeploy 0.15.0's api_server) ---------------
+
+@pytest.mark.parametrize("words, shown", [
+    (["-h"], "-h"), (["--help"], "--help"), (["--he"], "--he"),  # a clean exit: Restart=on-failure leaves it down
+    (["-tp", "2"], "-tp"),  # api_server has no short option but -h
+    (["positional"], "positional"), (["--", "x"], "--"),  # a second positional argument after the model path
+    (["--trust-remote-code", "yes"], "yes"),  # a store_true option takes no value
+    (["--chat-template", "a", "b"], "b"),  # one value
+    (["--ssl"], "--ssl"),  # HTTPS: the deploy's, verify's and the bench's checks speak HTTP
+    (["--log-level", "DEBUG"], "--log-level DEBUG"), (["--log-level", "request"], "--log-level request"),
+    (["--log_level=NOTSET"], "--log_level=NOTSET"),  # prompts at REQUEST (15), lmdeploy/logger.py
+])
+def test_a_word_that_would_stop_or_expose_the_instance_is_refused(words, shown):
+    problems = extra_args_problems("lmdeploy_instances.a", words)
+    assert problems and problems[0].startswith(f"lmdeploy_instances.a.extra_args = {shown!r}"), problems
+
+
+@pytest.mark.parametrize("words", [
+    ["--allow-origins", "https://a.example", "https://b.example", "--enable-prefix-caching"],  # nargs '+'
+    ["--rope-scaling-factor", "-1.5"],  # a negative number is a value
+    ["--log-level", "INFO"], ["--log-level=ERROR"], ["--max-log-len", "0"],
+])
+def test_values_where_the_parser_takes_them_pass(words):
+    assert extra_args_problems("lmdeploy_instances.a", words) == []
+
+
+def test_which_options_take_no_value_or_many_is_what_the_releases_own_parser_made():
+    """Against the namespace LMDeploy 0.15.0's wheel parsed (tests/data/lmdeploy/parsed-0.15.0.json): a store_true
+    option's value is a bool, an nargs '+'/'*' option's default a list or None; the others take one value."""
+    import json
+    from pathlib import Path
+
+    from roles.lmdeploy.flags import API_SERVER_OPTIONS, MANY_VALUE_OPTIONS, NO_VALUE_OPTIONS
+
+    parsed = json.loads((Path(__file__).parents[1] / "data" / "lmdeploy" / "parsed-0.15.0.json").read_text())
+    ns = parsed["samples"]["awq"]["parsed"]
+    dest = {o: o[2:].replace("-", "_") + ("_" if o == "--async" else "") for o in API_SERVER_OPTIONS}
+    bools = {o for o in API_SERVER_OPTIONS if isinstance(ns.get(dest[o]), bool)}
+    lists = {o for o in API_SERVER_OPTIONS if isinstance(ns.get(dest[o]), list)}
+    assert bools == NO_VALUE_OPTIONS - {"--help"}
+    assert lists <= MANY_VALUE_OPTIONS and not MANY_VALUE_OPTIONS & bools
