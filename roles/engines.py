@@ -465,6 +465,9 @@ def gpu_sum_problems(claims: dict[int, list[tuple[str, int | None]]], memory: Ma
 
 
 #: A word of extra_args that is a value, not a flag: it does not start with '-', or is a negative number.
+#: the flags that print the server's help and exit 0: llama-server's -h/--help/--usage (common/arg.cpp), vLLM's
+#: argparse -h/--help
+HELP_FLAGS = frozenset({"-h", "--help", "--usage"})
 ARG_VALUE = re.compile(r"^(?:[^-].*|-\d.*|-)$")
 
 
@@ -488,7 +491,11 @@ def extra_args_problems(key: str, args: list[str], owned: Mapping[str, str], kno
         if ARG_VALUE.match(word):
             continue
         flag = flag_of(word)
-        if flag in owned:
+        if flag in HELP_FLAGS:
+            problems.append(problem(key, word, "the server prints its help and exits 0, and the unit's "
+                                    "Restart=on-failure does not restart a clean exit: the instance stays down",
+                                    "remove it"))
+        elif flag in owned:
             problems.append(problem(key, word, "set by the toolkit", f"use the setting {owned[flag]}"))
         elif refused and flag in refused:
             problems.append(problem(key, word, *refused[flag]))

@@ -39,6 +39,9 @@ def test_llama_extra_args_and_typed_settings_reach_the_environment_file():
     ({"extra_args": ["--port", "9000"]}, "extra_args = '--port': set by the toolkit. Fix: use the setting port"),
     ({"extra_args": ["--no-such-flag"]}, "extra_args = '--no-such-flag': not a flag of this llama.cpp"),
     ({"batch_size": 128, "ubatch_size": 512}, "tiny.batch_size = 128: below ubatch_size 512"),
+    # common/arg.cpp: -h, --help, --usage print the usage and exit 0, which Restart=on-failure does not restart
+    ({"extra_args": ["-h"]}, "extra_args = '-h': the server prints its help and exits 0"),
+    ({"extra_args": ["--usage"]}, "extra_args = '--usage': the server prints its help and exits 0"),
 ])
 def test_llama_refusals_stop_the_plan(instance, needle):
     with pytest.raises(SettingsError) as e:
@@ -66,3 +69,10 @@ def test_vllm_extra_args_and_typed_settings_reach_the_environment_file(tmp_path_
     with pytest.raises(SettingsError, match=r"extra_args = '-tp': set by the toolkit. Fix: use the setting "
                                             r"tensor_parallel_size"):
         vllm_args(tmp_path_factory, {"extra_args": ["-tp", "2"]})
+
+
+@pytest.mark.parametrize("word", ["-h", "--help"])
+def test_vllm_help_in_extra_args_is_refused(tmp_path_factory, word):
+    """vllm serve's argparse -h/--help prints the help and exits 0: the unit would stay down (Restart=on-failure)."""
+    with pytest.raises(SettingsError, match=rf"extra_args = '{word}': the server prints its help and exits 0"):
+        vllm_args(tmp_path_factory, {"extra_args": [word]})
