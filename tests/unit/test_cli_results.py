@@ -178,8 +178,10 @@ def test_a_command_failing_on_a_reached_host_exits_2(inventory, monkeypatch, cap
     ["lab", "no-such-action"],
     ["no-such-command"],
     ["plan", "{inv}", "--", "-v"],
+    ["verify", "{inv}", "--limit", "no-such-host"],
+    ["verify", "inventory/no-such-file.py"],
 ], ids=["limit-typo", "no-inventory", "bad-load", "not-a-number", "unknown-option", "missing-argument",
-        "bad-choice", "unknown-command", "passthrough"])
+        "bad-choice", "unknown-command", "passthrough", "verify-limit-typo", "verify-no-inventory"])
 def test_bad_input_exits_2(argv, inventory, capsys):
     assert status([a.format(inv=inventory) for a in argv]) == 2
     assert capsys.readouterr().err  # said on stderr
@@ -231,6 +233,19 @@ def test_verify_exit_status(rc, targets, expected, monkeypatch):
     args = argparse.Namespace(inventory="inventory/example.py", limit=None, expect_driver_version=None,
                               junitxml=None, passthrough=[])
     assert verify.run(args) == expected
+
+
+def test_verify_counts_a_collection_error_as_not_checked_not_as_ctrl_c(monkeypatch):
+    """pytest signals "N errors during collection" with its own Interrupted (a KeyboardInterrupt): exit 2, not 130."""
+    import pytest as real
+
+    fake_pytest(monkeypatch, 2, [], interrupted=real.Session.Interrupted("1 error during collection"))
+    args = argparse.Namespace(inventory="inventory/example.py", limit=None, expect_driver_version=None,
+                              junitxml=None, passthrough=[])
+    assert verify.run(args) == 2
+    fake_pytest(monkeypatch, 2, [], interrupted=KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        verify.run(args)
 
 
 def test_verify_of_an_unreachable_host_exits_2(tmp_path):

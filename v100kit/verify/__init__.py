@@ -47,11 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the suite in this process; returns the exit status (the module's docstring) from pytest's and the hosts
-    the suite could not reach. Raises KeyboardInterrupt when pytest was interrupted (pytest itself returns 2),
+    the suite could not reach. Raises UnknownHost for an inventory that does not exist or fails to run and a --limit
+    that selects no host (before pytest runs); KeyboardInterrupt when pytest was interrupted (pytest returns 2),
     v100kit/cli.py Terminated when by SIGTERM."""
     import pytest
 
-    from v100kit.hosts import FINDING, NOT_CHECKED, OK, HostFailure, exit_status
+    from v100kit.hosts import FINDING, NOT_CHECKED, OK, HostFailure, exit_status, inventory_path, load_inventory
 
     class Outcome:
         """The hosts without a Target (the suite's `target` parameters) and whether the run was interrupted."""
@@ -67,10 +68,16 @@ def run(args: argparse.Namespace) -> int:
                                                for t in [c.params.get("target")] if isinstance(t, HostFailure)))
 
         def pytest_keyboard_interrupt(self, excinfo) -> None:  # pytest.exit() too
-            self.interrupted = excinfo.value
+            # not pytest's own Interrupted: "N errors during collection" (a collection error is exit 2 below)
+            if not isinstance(excinfo.value, pytest.Session.Interrupted):
+                self.interrupted = excinfo.value
 
+    argv = pytest_args(args)  # before load_inventory moves to the project root: the inventory is read from here
+    # a missing inventory or a --limit that selects nothing raises UnknownHost here (v100kit/cli.py: exit 2, one
+    # line), as in plan and doctor, rather than as a collection error inside the suite
+    load_inventory(inventory_path(args.inventory, Path.cwd()), args.limit)
     outcome = Outcome()
-    status = int(pytest.main(pytest_args(args), plugins=[outcome]))
+    status = int(pytest.main(argv, plugins=[outcome]))
     if outcome.interrupted is not None:
         from v100kit.cli import Terminated
 
