@@ -9,6 +9,7 @@ Exit status, the same for every subcommand:
        command failing on it), or bad command-line input (an option, an inventory, a --limit name)
   130  interrupted (Ctrl-C, SIGINT): one line, "interrupted", on stderr; no traceback
   143  terminated (SIGTERM: `timeout`, `kill`, systemd stopping a unit): one line, "terminated"; the same cleanups
+  141  stdout closed by its reader (`v100kit plan INV --json | head`): no traceback; the shell's status for SIGPIPE
 A host not reached outranks a finding on another: 2. `offline deploy` exits with pyinfra's own status, and
 `offline serve`, which serves until Ctrl-C or SIGTERM, exits 0 then.
 
@@ -29,6 +30,8 @@ from v100kit.hosts import INTERRUPTED, NOT_CHECKED, UnknownHost
 
 #: exit status after SIGTERM (128 + 15, the shell's convention)
 TERMINATED = 143
+#: exit status when the reader of stdout went away (128 + SIGPIPE 13, what a C tool killed by SIGPIPE returns)
+PIPE_CLOSED = 141
 
 
 class Terminated(KeyboardInterrupt):
@@ -125,13 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     if before[signal.SIGINT] is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
     try:
-        return _main(argv)
+        status = _main(argv)
+        sys.stdout.flush()  # a reader gone is found here, inside the handler, not in Python's flush at exit
+        return status
     except KeyboardInterrupt as e:
         if sys.stderr.isatty():  # the bench's progress line, updated in place, is cleared first
             sys.stderr.write("\r\033[K")
         terminated = isinstance(e, Terminated)
         print("terminated" if terminated else "interrupted", file=sys.stderr, flush=True)
         return TERMINATED if terminated else INTERRUPTED
+    except BrokenPipeError:
+        # `| head` closed the pipe: what was wanted was read. Python's own advice (signal module docs, "Note on
+        # SIGPIPE"): point stdout at /dev/null so that the flush at exit does not raise again
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return PIPE_CLOSED
     finally:
         for sig, handler in before.items():
             if handler is not None:  # None: set outside Python; left as it is

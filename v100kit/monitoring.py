@@ -102,6 +102,18 @@ def _seconds(value: str) -> int:
     return n
 
 
+def _rule_file(value: str) -> str:
+    """--rules: an existing file on this machine, written as its absolute path: Prometheus reads a relative
+    rule_files entry against the configuration file's own directory, not where this command ran (promtool check
+    config fails on one that does not resolve there)."""
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a file (give the rule file's path on this machine, e.g. "
+                                         "files/monitoring/alerts.yml; copy it beside the configuration on the "
+                                         "Prometheus server and point rule_files there if the paths differ)")
+    return str(path.resolve())
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from v100kit.cli import inventory_arguments
 
@@ -113,8 +125,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                             "(default: each host's monitoring_credentials_dir)")
     s.add_argument("--write-credentials", action="store_true",
                    help="write each keyed instance's key there (0600), read from its api_key_file")
-    s.add_argument("--rules", action="append", metavar="FILE", default=[],
-                   help="rule files to list (e.g. files/monitoring/alerts.yml; repeatable)")
+    s.add_argument("--rules", action="append", metavar="FILE", default=[], type=_rule_file,
+                   help="rule files to list, written as absolute paths (e.g. files/monitoring/alerts.yml; "
+                        "repeatable)")
     s.add_argument("--scrape-interval", type=_seconds, default=30, metavar="SECONDS")
 
 

@@ -496,3 +496,18 @@ def test_ctrl_c_during_a_sweep_starts_the_service_again_then_exits_130(signal_, 
     assert status(["bench", "inventory/example.py", "--sweep"]) == code
     assert done == ["stop service", "start alternative", "stop alternative", "start service"]
     assert capsys.readouterr().err.endswith(f"\n{line}\n")
+
+
+def test_a_closed_stdout_exits_141_without_a_traceback(tmp_path):
+    """`v100kit monitoring scrape-config INV --json | head` where head has gone: a real pipe whose read end is closed
+    before the command writes. Before: BrokenPipeError's traceback and "Exception ignored ... stdout" at exit (120)."""
+    inventory = tmp_path / "inv.py"
+    inventory.write_text("boxes = [('ok-01', {'monitoring_enabled': True})]\n")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte
+    try:
+        proc = subprocess.run([sys.executable, "-m", "v100kit.cli", "monitoring", "scrape-config", str(inventory),
+                               "--json"], cwd=ROOT, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141 and proc.stderr == "", (proc.returncode, proc.stderr)

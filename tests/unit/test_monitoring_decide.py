@@ -358,3 +358,26 @@ def test_the_box_expects_each_engines_venv_and_units_from_the_registry():
                   "(not installed and checked)")
     assert rows["lmdeploy@q running"] == ("skipped", "no GPU visible (nvidia-smi): not started")
     assert "llama-server@tiny running" not in rows  # the units are the expectations', not a fixed list
+
+
+@needs_promtool
+def test_a_relative_rule_file_is_written_as_the_path_promtool_resolves(tmp_path, monkeypatch):
+    # Prometheus reads a relative rule_files entry against the configuration file's directory: the path as typed
+    # (files/monitoring/alerts.yml, from the repository) did not resolve beside a configuration written elsewhere
+    monkeypatch.chdir(ROOT)
+    inventory = tmp_path / "inv.py"
+    inventory.write_text("boxes = [('ok-01', {'monitoring_enabled': True})]\n")
+    out = tmp_path / "prometheus.yml"
+    assert _main(["monitoring", "scrape-config", str(inventory), "--rules", "files/monitoring/alerts.yml"], out) == 0
+    checked = subprocess.run([PROMTOOL, "check", "config", str(out)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_missing_rule_file_is_a_bad_argument(tmp_path, capsys):
+    inventory = tmp_path / "inv.py"
+    inventory.write_text("boxes = [('ok-01', {'monitoring_enabled': True})]\n")
+    with pytest.raises(SystemExit) as e:
+        main(["monitoring", "scrape-config", str(inventory), "--rules", "no/such/alerts.yml"])
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--rules" in captured.err and "no/such/alerts.yml" in captured.err
