@@ -131,9 +131,10 @@ class Engine:
     deploy: str
     doctor: Callable[[Any, dict], list] = field(default=lambda plan, evidence: [])
     evidence: Callable[[Any, Any], dict] = field(default=lambda host, plan: {})
-    #: quant_fix(quant_method, bits, (major, minor) compute capability) -> the words that offer this engine for a
-    #: checkpoint another engine refuses (None: it cannot run it either); read by the other engines' refusals
-    quant_fix: Callable[[str, int | None, tuple[int, int]], str | None] = field(default=lambda method, bits, cc: None)
+    #: quant_fix(config.json as a dict, (major, minor) compute capability) -> the words that offer this engine for a
+    #: quantized checkpoint another engine refuses (None: it would refuse the model too); read by the other
+    #: engines' refusals
+    quant_fix: Callable[[dict, tuple[int, int]], str | None] = field(default=lambda config, cc: None)
     #: what one instance's claim on a GPU is made of, for the refusal of an over-claimed GPU
     claim_words: str = "its planned memory"
     #: the HTTP path `verify` asks each instance (GET; 200: the model is loaded and the server answers)
@@ -186,11 +187,11 @@ def registered() -> tuple[Engine, ...]:
     return importlib.import_module("roles.engine_registry").ENGINES
 
 
-def quant_fixes(method: str, bits: int | None, cc: tuple[int, int], besides: str) -> list[str]:
-    """The fixes other registered engines (all but the one whose role is `besides`) offer for a checkpoint of
-    `method` ("awq", "gptq", ...) with `bits` weight bits (None: not stated) on compute capability `cc`, in the
-    registry's order ([] when none can run it)."""
-    return [fix for e in registered() if e.role != besides and (fix := e.quant_fix(method, bits, cc))]
+def quant_fixes(config: dict, cc: tuple[int, int], besides: str) -> list[str]:
+    """The fixes other registered engines (all but the one whose role is `besides`) offer for the quantized model
+    of `config` (its parsed config.json, quantization_config included) on compute capability `cc`, in the
+    registry's order ([] when none would run it)."""
+    return [fix for e in registered() if e.role != besides and (fix := e.quant_fix(config, cc))]
 
 
 def engine_of_unit(unit: str) -> Engine | None:

@@ -135,7 +135,7 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
                                 f"{method} kernels need compute capability {need[0]}.{need[1]}; docs/volta.md §4)",
                                 "; or ".join(["use a GPTQ build of the model (works on 6.0+) or an fp16 one, or "
                                               "llama.cpp with a GGUF quant (Q4_K_M)",
-                                              *quant_fixes(method, quant.get("bits"), cc, besides="vllm")])))
+                                              *quant_fixes(config, cc, besides="vllm")])))
     elif method and method not in QUANT_MIN_CAPABILITY:
         problems.append(problem(f"{key}.model", f"quant_method {method}", "unknown to the toolkit's Volta table",
                                 "use an fp16 or GPTQ build, or add the method to QUANT_MIN_CAPABILITY with a source"))

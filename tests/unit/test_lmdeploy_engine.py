@@ -44,19 +44,26 @@ def test_hooks_on_a_plan(tmp_path):
 
 def test_a_vllm_refusal_of_awq_on_volta_names_lmdeploy_and_only_where_turbomind_runs_it():
     """vLLM's own refusal (its AWQ kernels need 7.5: "Minimum capability: 75. Current capability: 70", vllm#4202)
-    offers the registered engines that can run the checkpoint: LMDeploy for 4-bit AWQ, nothing more for 8-bit."""
+    offers LMDeploy only for a model LMDeploy's own instances would take: 4-bit AWQ of an architecture in
+    TurboMind's SUPPORTED_ARCHS (lmdeploy/turbomind/supported_models.py) with a head dimension that has an sm70
+    attention kernel (64/128/256/576: src/turbomind/kernels/attention/kernel/*_sm70_*.cu of v0.15.0). Before, an 8-bit
+    check was all, and a model LMDeploy refuses (head dimension 96, a PyTorch-engine architecture) named it."""
+    from lab.models import HF_CONFIG
     from roles.vllm.decide import model_problems
     from roles.vllm.settings import VllmInstance
     from roles.vllm.versions import DEFAULT_VERSION, VLLM_RELEASES
 
     inst, rel = VllmInstance(model_path="/srv/m"), VLLM_RELEASES[DEFAULT_VERSION]
-    awq4 = {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+    awq4 = {**HF_CONFIG, **TURBOMIND_CONFIG, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128,
+                                                  "version": "gemm"}}
     [why] = model_problems("vllm_instances.m", inst, awq4, (7, 0), rel)
     assert "Minimum capability: 75. Current capability: 70" in why and "LMDeploy's TurboMind" in why
     assert "lmdeploy_instances" in why
-    awq8 = {"quantization_config": {"quant_method": "awq", "bits": 8}}
-    [why] = model_problems("vllm_instances.m", inst, awq8, (7, 0), rel)
-    assert "Minimum capability: 75" in why and "LMDeploy" not in why
+    for refused_by_lmdeploy in ({**awq4, "quantization_config": {**awq4["quantization_config"], "bits": 8}},
+                                {**awq4, "head_dim": 96},
+                                {**awq4, "architectures": ["PhiMoEForCausalLM"]}):
+        [why] = model_problems("vllm_instances.m", inst, refused_by_lmdeploy, (7, 0), rel)
+        assert "Minimum capability: 75" in why and "LMDeploy" not in why, refused_by_lmdeploy
 
 
 def test_the_bench_reads_the_tensor_parallel_size_from_each_engine_s_own_setting(tmp_path):
