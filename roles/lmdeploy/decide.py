@@ -20,7 +20,8 @@ from typing import Any, Callable
 from roles import planner
 from roles.engines import (compute_capability, given_gpus, gpu_count, hf_instance_model, network_listener,
                            outside_use, port_clashes, usable_mib)
-from roles.lmdeploy.flags import MANY_VALUE_OPTIONS, NO_VALUE_OPTIONS, ServeArgs, resolve_option, serve_argv
+from roles.lmdeploy.flags import (AT_LEAST_ONE_VALUE_OPTIONS, CHOICES, MANY_VALUE_OPTIONS, NO_VALUE_OPTIONS, ServeArgs,
+                                  choice_ok, resolve_option, serve_argv)
 from roles.lmdeploy.planner import KvPlan, KvShape, plan_kv
 from roles.lmdeploy.quant import TurbomindFormat, architecture_problems, turbomind_format
 from roles.lmdeploy.versions import LMDEPLOY_RELEASES, LOCK_DIR, LmdeployRelease
@@ -234,10 +235,20 @@ def extra_args_problems(key: str, args: list[str]) -> list[str]:
     --server-p is --server-port, --ap is --api-keys), and a word not starting with `-` (or a negative number) is a
     value of the option before it (none for NO_VALUE_OPTIONS, one, or any number for MANY_VALUE_OPTIONS); a value
     with no option to take it is a second positional argument, which api_server refuses (its only one, the model
-    path, the toolkit sets). api_server has no short option but -h."""
+    path, the toolkit sets). api_server has no short option but -h. An option that takes a value with none after it
+    (argparse: "expected one argument", or "at least one" for flags.AT_LEAST_ONE_VALUE_OPTIONS) and a value outside
+    an option's choices (flags.CHOICES: "invalid choice") are refused too: api_server would exit 2 at start."""
     problems = []
     takes = 0  # values the option before may still take: 0, 1, or -1 (any number)
     option = None
+    needs = None  # the option before while it lacks the value argparse requires (one, or at least one for '+')
+
+    def missing(opt: str) -> str:
+        want = "at least one argument" if opt in AT_LEAST_ONE_VALUE_OPTIONS else "one argument"
+        return problem(f"{key}.extra_args", opt, "it takes a value and none follows it, so LMDeploy 0.15.0's "
+                       f"api_server refuses the command line (argparse: expected {want}) and the instance does not "
+                       "start", "give its value as the next word, or remove it")
+
     for word in args:
         if word in ("--", "-") or not word.startswith("-") or word[1].isdigit() or word[1] == ".":
             if word == "--":
@@ -249,12 +260,18 @@ def extra_args_problems(key: str, args: list[str]) -> list[str]:
                                         "0.15.0's api_server reads it as a second positional argument after the "
                                         "model path and refuses it (unrecognized arguments)",
                                         "remove it, or put it right after the option it is the value of"))
-            elif option == "--log-level" and word.upper() in PROMPT_LOG_LEVELS:
+            elif takes == 1 and not choice_ok(option, word):
+                problems.append(invalid_choice(key, option, word))
+            elif option == "--log-level" and word in PROMPT_LOG_LEVELS:
                 problems.append(problem(f"{key}.extra_args", f"--log-level {word}", "LMDeploy writes every "
                                         "request's prompt to the journal at this level (lmdeploy/logger.py "
                                         "RequestLogger: level REQUEST, 15)", "use INFO or above, or remove it"))
+            needs = None
             takes = max(takes - 1, -1) if takes > 0 else takes
             continue
+        if needs:
+            problems.append(missing(needs))
+        needs = None
         if not word.startswith("--"):
             why = ("it prints the help and exits 0, and the unit's Restart=on-failure does not restart a clean "
                    "exit" if word == "-h" else "api_server has no short options but -h (unrecognized arguments)")
@@ -267,7 +284,11 @@ def extra_args_problems(key: str, args: list[str]) -> list[str]:
         inline = "=" in word
         takes = (0 if inline or option in NO_VALUE_OPTIONS else -1 if option in MANY_VALUE_OPTIONS or option is None
                  else 1)
-        if inline and option == "--log-level" and word.split("=", 1)[1].upper() in PROMPT_LOG_LEVELS:
+        if option is not None and not inline and (takes == 1 or option in AT_LEAST_ONE_VALUE_OPTIONS):
+            needs = option
+        if inline and option is not None and not choice_ok(option, word.split("=", 1)[1]):
+            problems.append(invalid_choice(key, option, word.split("=", 1)[1]))
+        elif inline and option == "--log-level" and word.split("=", 1)[1] in PROMPT_LOG_LEVELS:
             problems.append(problem(f"{key}.extra_args", word, "LMDeploy writes every request's prompt to the "
                                     "journal at this level (lmdeploy/logger.py RequestLogger: level REQUEST, 15)",
                                     "use INFO or above, or remove it"))
@@ -290,7 +311,15 @@ def extra_args_problems(key: str, args: list[str]) -> list[str]:
         elif option in PLAN_CHANGING_FLAGS:
             problems.append(problem(f"{key}.extra_args", shown, f"{option}: {PLAN_CHANGING_FLAGS[option]}",
                                     "remove it"))
+    if needs:
+        problems.append(missing(needs))
     return problems
+
+
+def invalid_choice(key: str, option: str, value: str) -> str:
+    """The refusal of a value argparse would refuse for `option` (flags.CHOICES: "invalid choice")."""
+    return problem(f"{key}.extra_args", f"{option} {value}", "LMDeploy 0.15.0's api_server refuses it (argparse: "
+                   "invalid choice) and the instance does not start", f"use one of {', '.join(CHOICES[option])}")
 
 
 def instance(name: str, inst, settings, gpus: list[GpuInfo],

@@ -57,6 +57,41 @@ MANY_VALUE_OPTIONS = frozenset({
     "--adapters", "--allow-headers", "--allow-methods", "--allow-origins", "--allowed-media-domains", "--api-keys",
     "--cudagraph-capture-batch-sizes",
 })
+#: the options of MANY_VALUE_OPTIONS with nargs '+': argparse refuses them with no value ("expected at least one
+#: argument"); --adapters and --api-keys are nargs '*'
+AT_LEAST_ONE_VALUE_OPTIONS = frozenset({
+    "--allow-headers", "--allow-methods", "--allow-origins", "--allowed-media-domains", "--cudagraph-capture-batch-sizes",
+})
+#: the options whose value argparse checks against choices, as the words it accepts (after the option's type:
+#: --async is type=int, so "01" is 1). --log-level's are logging._nameToLevel's names when the parser is built,
+#: REQUEST among them (lmdeploy/utils.py:19 addLevelName, imported with the package): case matters ("info" is an
+#: invalid choice). --logprobs-mode lists None, which no word is. Owned and plan-changing options are left out
+#: (refused whatever their value). lmdeploy/cli/utils.py ArgumentHelper at v0.15.0.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "--log-level": ("CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET", "REQUEST"),
+    "--async": ("0", "1"),
+    "--communicator": ("nccl", "native", "cuda-ipc"),
+    "--role": ("Hybrid", "Prefill", "Decode"),
+    "--migration-backend": ("DLSlime", "Mooncake"),
+    "--logprobs-mode": ("raw_logits", "raw_logprobs"),
+    "--dllm-unmasking-strategy": ("low_confidence_dynamic", "low_confidence_static", "sequential"),
+    "--speculative-algorithm": ("eagle", "eagle3", "deepseek_mtp", "qwen3_5_mtp"),
+    "--distributed-executor-backend": ("uni", "mp", "ray"),
+}
+#: the options of CHOICES whose type is int: a word is compared as the number argparse makes of it
+INT_CHOICES = frozenset({"--async"})
+
+
+def choice_ok(option: str, value: str) -> bool:
+    """Whether argparse accepts `value` for `option` (an option of CHOICES; True for any other option)."""
+    if option not in CHOICES:
+        return True
+    if option in INT_CHOICES:
+        try:
+            value = str(int(value))
+        except ValueError:
+            return False
+    return value in CHOICES[option]
 
 
 def resolve_option(flag: str) -> tuple[str | None, list[str]]:

@@ -73,3 +73,28 @@ def test_which_options_take_no_value_or_many_is_what_the_releases_own_parser_mad
     lists = {o for o in API_SERVER_OPTIONS if isinstance(ns.get(dest[o]), list)}
     assert bools == NO_VALUE_OPTIONS - {"--help"}
     assert lists <= MANY_VALUE_OPTIONS and not MANY_VALUE_OPTIONS & bools
+
+
+# --- values argparse requires or checks (LMDeploy 0.15.0: nargs None/'+', choices) ------------------------------------
+
+@pytest.mark.parametrize("words, shown, said", [
+    (["--log-level"], "--log-level", "expected one argument"),  # the last word: no value follows
+    (["--max-log-len", "--enable-prefix-caching"], "--max-log-len", "expected one argument"),  # an option follows
+    (["--allow-origins"], "--allow-origins", "expected at least one argument"),  # nargs '+'
+    (["--log-level", "15"], "--log-level 15", "invalid choice"),  # a name of logging's, not the number
+    (["--log-level", "info"], "--log-level info", "invalid choice"),  # choices are case-sensitive
+    (["--log-level=warning"], "--log-level warning", "invalid choice"),
+    (["--async", "2"], "--async 2", "invalid choice"),
+    (["--communicator", "mpi"], "--communicator mpi", "invalid choice"),
+])
+def test_a_missing_or_invalid_value_is_refused_before_the_instance_fails_to_start(words, shown, said):
+    problems = extra_args_problems("lmdeploy_instances.a", words)
+    assert len(problems) == 1 and problems[0].startswith(f"lmdeploy_instances.a.extra_args = {shown!r}"), problems
+    assert said in problems[0]
+
+
+@pytest.mark.parametrize("words", [["--adapters"], ["--async", "01"], ["--log-level", "WARN"],
+                                   ["--log-level", "INFO", "--max-log-len", "-1"], ["--communicator=native"]])
+def test_values_the_parser_accepts_pass(words):
+    # --adapters is nargs '*' (none is fine); --async is type=int ("01" is 1); -1 is a negative number, a value
+    assert extra_args_problems("lmdeploy_instances.a", words) == []
