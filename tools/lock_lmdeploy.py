@@ -25,13 +25,13 @@ from roles.lmdeploy.machine_code import check_lock
 from roles.lmdeploy.versions import LMDEPLOY_RELEASES, LOCK_DIR, LmdeployRelease
 from roles.vllm.machine_code import LockCheck, evidence_path, write_evidence
 from roles.vllm.versions import TORCH_SM70, UV_VERSION
-from tools.lock_vllm import compile_release_lock, fresh_check, refused, same_as_kept, sm70_table, torch_build
+from tools.lock_vllm import compile_release_lock, find_uv, fresh_check, refused, same_as_kept, sm70_table, torch_build
 from v100kit.offline_pypi import fill_wheels
 
 WHEEL_CACHE = Path("/var/tmp/lmdeploy-dl")
 
 
-def compile_lock(release: LmdeployRelease, python: str, uv: str = "uv") -> str:
+def compile_lock(release: LmdeployRelease, python: str, uv: str | None = None) -> str:
     """The lock text of `release` for CPython `python` ("3.11"): a two-line header, then uv's hash-locked output."""
     return compile_release_lock("lmdeploy", "LMDeploy", "tools/lock_lmdeploy.py", release, python, uv)
 
@@ -45,10 +45,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare instead of writing")
     ap.add_argument("--locks-only", action="store_true", help="resolve and write the locks; no sm_70 check")
-    ap.add_argument("--uv", default="uv", help=f"the uv binary (must be uv {UV_VERSION})")
+    ap.add_argument("--uv", default=None, help=f"the uv binary (must be uv {UV_VERSION}; default: uv on PATH "
+                                              "where it is that version, else .tools/bin/uv)")
     ap.add_argument("--wheel-cache", type=Path, default=WHEEL_CACHE,
                     help=f"where the locks' wheels and what was read of them are kept (default {WHEEL_CACHE})")
     args = ap.parse_args()
+    args.uv = args.uv or find_uv()
     version = subprocess.run([args.uv, "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
     if version != UV_VERSION:
         print(f"uv {version} at {args.uv}; the locks are made with uv {UV_VERSION} (tools/setup.sh installs it)")

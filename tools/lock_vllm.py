@@ -20,7 +20,9 @@ release and Python (shared wheels once) and reads for minutes; later runs reuse 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,7 +53,26 @@ def compile_lock(release: VllmRelease, python: str) -> str:
     return compile_release_lock("vllm", "vLLM", "tools/lock_vllm.py", release, python)
 
 
-def compile_release_lock(package: str, title: str, tool: str, release, python: str, uv: str = "uv") -> str:
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def find_uv() -> str:
+    """The uv binary locks are made with: `uv` on PATH where it is uv UV_VERSION, else the repository's
+    .tools/bin/uv (where tools/setup.sh installs UV_VERSION when PATH has another or none). Raises SystemExit naming
+    what was found and tools/setup.sh when neither is UV_VERSION (a lock from another uv differs in its layout)."""
+    seen = []
+    for candidate in (shutil.which("uv"), str(ROOT / ".tools" / "bin" / "uv")):
+        if candidate and os.access(candidate, os.X_OK):
+            words = subprocess.run([candidate, "--version"], capture_output=True, text=True).stdout.split()
+            version = words[1] if len(words) > 1 else "(unreadable)"
+            if version == UV_VERSION:
+                return candidate
+            seen.append(f"uv {version} at {candidate}")
+    raise SystemExit(f"no uv {UV_VERSION}: {'; '.join(seen) or 'none on PATH or in .tools/bin'}; run "
+                     "tools/setup.sh, which installs it in .tools/bin")
+
+
+def compile_release_lock(package: str, title: str, tool: str, release, python: str, uv: str | None = None) -> str:
     """`uv pip compile package==release.version --generate-hashes --only-binary :all:` for the release's platform
     and CPython `python`, from PyPI, with the release's --exclude-newer date (any engine's release: version,
     platform, exclude_newer), under a two-line header naming `title` and the `tool` that made it."""
@@ -59,7 +80,7 @@ def compile_release_lock(package: str, title: str, tool: str, release, python: s
         req, out = Path(tmp, "in.txt"), Path(tmp, "out.txt")
         req.write_text(f"{package}=={release.version}\n")
         subprocess.run(
-            [uv, "pip", "compile", "--quiet", "--no-config", "--generate-hashes", "--only-binary", ":all:",
+            [uv or find_uv(), "pip", "compile", "--quiet", "--no-config", "--generate-hashes", "--only-binary", ":all:",
              "--python-platform", release.platform, "--python-version", python,
              "--exclude-newer", release.exclude_newer, "--index-url", INDEX, "--no-header", "--no-annotate",
              str(req), "-o", str(out)], check=True)
@@ -163,10 +184,7 @@ def main() -> int:
             args.evidence.write_text(render_evidence(check))
         print(sm70_table([check]))
         return 0 if check.ok else 1
-    version = subprocess.run(["uv", "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
-    if version != UV_VERSION:
-        print(f"uv {version} on PATH; the locks are made with uv {UV_VERSION} (tools/setup.sh installs it)")
-        return 1
+    find_uv()  # before any work: SystemExit naming what was found
     if not args.check:
         LOCK_DIR.mkdir(parents=True, exist_ok=True)
     status = 0

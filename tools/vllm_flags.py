@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from roles.vllm.versions import LOCK_DIR, VLLM_RELEASES  # noqa: E402
+from tools.lock_vllm import find_uv  # noqa: E402
 
 #: Runs inside the release's venv: prints {"version", "platform", "flags"} as JSON.
 PROBE = r"""
@@ -61,8 +62,8 @@ def make_venv(version: str, python: str, where: Path) -> Path:
     """A venv of `version` under `where` from its lock for `python` ("3.11"), offline from uv's cache."""
     lock = VLLM_RELEASES[version].lock_file(python)
     venv = where / f"vllm-{version}"
-    subprocess.run(["uv", "venv", "-q", "--python", f"python{python}", str(venv)], check=True)
-    subprocess.run(["uv", "pip", "install", "-q", "--offline", "--python", str(venv / "bin" / "python"),
+    subprocess.run([find_uv(), "venv", "-q", "--python", f"python{python}", str(venv)], check=True)
+    subprocess.run([find_uv(), "pip", "install", "-q", "--offline", "--python", str(venv / "bin" / "python"),
                     "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(lock)], check=True)
     return venv
 

@@ -48,7 +48,7 @@ from roles.vllm.release_source import SourceShapeError, derive  # noqa: E402
 from roles.vllm.versions import (DEFAULT_VERSION, LOCK_DIR, TORCH_SM70, VLLM_RELEASES, VllmRelease,  # noqa: E402
                                  release_data_file)
 from tools.llama_cpp_pin import normalise_url, sha256_of  # noqa: E402
-from tools.lock_vllm import compile_lock, machine_code, torch_build  # noqa: E402
+from tools.lock_vllm import compile_lock, find_uv, machine_code, torch_build  # noqa: E402
 
 PROJECT_JSON = "https://pypi.org/pypi/vllm/json"
 CACHE = Path("/var/cache/v100kit-dev/vllm-pin")
@@ -229,8 +229,8 @@ def parser_flags(lock: Path, python: str, work: Path) -> tuple[list[str], list[s
     from tools import vllm_flags  # noqa: PLC0415
     venv = work / "venv"
     env = {"UV_CACHE_DIR": str(CACHE / "uv")}
-    subprocess.run(["uv", "venv", "-q", "--python", f"python{python}", str(venv)], check=True, env=_env(env))
-    subprocess.run(["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--require-hashes",
+    subprocess.run([find_uv(), "venv", "-q", "--python", f"python{python}", str(venv)], check=True, env=_env(env))
+    subprocess.run([find_uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--require-hashes",
                     "--no-deps", "--only-binary", ":all:", "-r", str(lock)], check=True, env=_env(env))
     found = vllm_flags.probe(venv)
     return found["flags"], found["positional"], found["platform"]
