@@ -17,9 +17,11 @@ checked, never these numbers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from roles.engines import OUTSIDE
 from roles.settings import Settings, problem
 
 if TYPE_CHECKING:
@@ -109,6 +111,33 @@ def check(settings: Settings, cards: list[GpuCard]) -> list[str]:
         if settings.gpu_policy_ecc is not None and c["ecc"][0] is None:
             problems.append(problem("gpu_policy_ecc", settings.gpu_policy_ecc, f"{_card(c)} has no ECC mode "
                                     "(nvidia-smi -q: Ecc Mode N/A)", "leave gpu_policy_ecc unset (None)"))
+    return problems
+
+
+def compute_mode_problems(settings: Settings, claims: Mapping[int, list[tuple[str, int | None]]]) -> list[str]:
+    """Refusals of gpu_policy_compute_mode against the GPUs' users (`claims`: {GPU index: [(unit or
+    roles.engines.OUTSIDE, bytes)]}, roles/preflight.py gpu_claims_of): PROHIBITED lets no process create a CUDA
+    context, so any instance on a GPU cannot start; EXCLUSIVE_PROCESS allows one process's context per device, so a
+    second instance on one GPU, or an instance beside a process outside v100kit, fails at its CUDA initialisation.
+    Source: the CUDA driver API's CUcomputemode ("Compute-exclusive-process mode (Only one context used by a single
+    process can be present on this device at a time)", "Compute-prohibited mode (No contexts can be created on this
+    device at this time)"). [] for DEFAULT or None."""
+    mode = settings.gpu_policy_compute_mode
+    problems: list[str] = []
+    if mode not in ("PROHIBITED", "EXCLUSIVE_PROCESS"):
+        return problems
+    for g, users in sorted(claims.items()):
+        units = [u for u, _ in users if u != OUTSIDE]
+        if mode == "PROHIBITED" and units:
+            problems.append(problem("gpu_policy_compute_mode", mode, f"no process may create a CUDA context on a "
+                                    f"PROHIBITED GPU, and {', '.join(units)} use{'s' if len(units) == 1 else ''} "
+                                    f"GPU {g}: {'it' if len(units) == 1 else 'they'} would not start",
+                                    "use DEFAULT or EXCLUSIVE_PROCESS, or give the instances no GPU here"))
+        elif mode == "EXCLUSIVE_PROCESS" and len(users) > 1 and units:
+            who = " and ".join(units) + (f" beside a process {OUTSIDE}" if len(units) < len(users) else "")
+            problems.append(problem("gpu_policy_compute_mode", mode, f"an EXCLUSIVE_PROCESS GPU takes one process's "
+                                    f"CUDA context, and {who} use GPU {g}: all but the first to start fail",
+                                    "give each instance its own GPUs (gpus: [...]), or use DEFAULT"))
     return problems
 
 

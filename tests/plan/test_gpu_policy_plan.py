@@ -99,3 +99,25 @@ def test_unsetting_removes_an_earlier_unit():
     cmds, uploads = plan({"gpu_policy_power_limit_w": 200})
     again, _ = plan({}, SMI_Q, {**converged(cmds, uploads), **RUNNING})
     assert f"rm -f {UNIT_PATH}" in again and any("systemctl stop" in c and UNIT in c for c in ours(again))
+
+
+TINY = {"model_source": "https://models.example/tiny.gguf", "model_sha256": "a" * 64}
+
+
+def test_exclusive_process_with_two_instances_on_one_gpu_is_refused_before_any_command():
+    # one process's context per GPU (the CUDA driver API's CUcomputemode): the second llama-server on GPU 0 would
+    # fail at its CUDA initialisation, after the deploy had changed the host
+    two = {"llama_cpp_instances": {"a": {**TINY, "port": 8081}, "b": {**TINY, "port": 8082}}}
+    with pytest.raises(SettingsError) as e:
+        plan({"gpu_policy_compute_mode": "EXCLUSIVE_PROCESS", **two})
+    text = str(e.value)
+    assert "gpu_policy_compute_mode = 'EXCLUSIVE_PROCESS'" in text and "llama-server@a and llama-server@b" in text
+    assert "GPU 0" in text
+    cmds, _ = plan({"gpu_policy_compute_mode": "DEFAULT", **two}, stops_early=True)
+    assert any("llama-server@b" in c for c in cmds)  # under DEFAULT the same instances pass preflight and deploy
+
+
+def test_prohibited_with_an_instance_on_the_gpu_is_refused():
+    with pytest.raises(SettingsError) as e:
+        plan({"gpu_policy_compute_mode": "PROHIBITED", "llama_cpp_instances": {"a": {**TINY, "port": 8081}}})
+    assert "gpu_policy_compute_mode = 'PROHIBITED'" in str(e.value) and "llama-server@a" in str(e.value)
