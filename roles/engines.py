@@ -465,6 +465,11 @@ def gpu_sum_problems(claims: dict[int, list[tuple[str, int | None]]], memory: Ma
     return problems
 
 
+#: (why, fix) for a server flag that makes the instance serve HTTPS (llama-server --ssl-key-file/--ssl-cert-file,
+#: vLLM --ssl-keyfile/--ssl-certfile and the client-certificate options beside them)
+TLS_REFUSAL = ("it serves HTTPS (or asks for client certificates), and the deploy's, verify's, the doctor's and the "
+               "bench's checks speak plain HTTP to its /health and API",
+               "remove it; terminate TLS in a reverse proxy in front of the instance")
 #: A word of extra_args that is a value, not a flag: it does not start with '-', or is a negative number.
 #: the flags that print the server's help and exit 0: llama-server's -h/--help/--usage (common/arg.cpp), vLLM's
 #: argparse -h/--help

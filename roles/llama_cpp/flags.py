@@ -62,6 +62,7 @@ UNPLANNED: dict[str, tuple[str, str]] = {
     **dict.fromkeys(("-mm", "--mmproj", "-mmu", "--mmproj-url"), (
         "a multimodal projector's weights and buffers are not in the memory plan", "remove it")),
     "--swa-full": ("a full-size sliding-window cache is not in the memory plan", "remove it"),
+    **dict.fromkeys(("--ssl-key-file", "--ssl-cert-file"), engines.TLS_REFUSAL),
 }
 
 

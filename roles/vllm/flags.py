@@ -115,6 +115,8 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
     refused = {f: (f"set by the toolkit for Volta ({' '.join(volta_flags)}: roles/vllm/versions.py, with sources)",
                    "remove it; the toolkit's Volta flags of this release cannot be replaced")
                for f in volta}
+    refused |= dict.fromkeys(("--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-cert-reqs"),
+                             engines.TLS_REFUSAL)
     return engines.extra_args_problems(
         key, args, OWNED, known, ("not a flag of this vLLM release's server (files/vllm/<version>.flags.json, from "
                                   "its own parser)", "check the spelling against `vllm serve --help` of the "

@@ -76,3 +76,12 @@ def test_vllm_help_in_extra_args_is_refused(tmp_path_factory, word):
     """vllm serve's argparse -h/--help prints the help and exits 0: the unit would stay down (Restart=on-failure)."""
     with pytest.raises(SettingsError, match=rf"extra_args = '{word}': the server prints its help and exits 0"):
         vllm_args(tmp_path_factory, {"extra_args": [word]})
+
+
+@pytest.mark.parametrize("word", ["--ssl-key-file", "--ssl-cert-file"])
+def test_llama_server_tls_flags_are_refused(word):
+    # llama-server serves HTTPS with them (files/llama_cpp/<ref>.json server_flags lists both): the health checks
+    # speak HTTP and the deploy would fail after changing the host
+    with pytest.raises(SettingsError) as e:
+        plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "extra_args": [word, "/etc/ssl/x.pem"]}}})
+    assert f"llama_cpp_instances.tiny.extra_args = {word!r}" in str(e.value) and "HTTPS" in str(e.value)

@@ -172,3 +172,12 @@ def test_flags_that_undo_the_plan_or_the_checks_are_refused_saying_why(flag, why
     assert flag in DEFAULT_SOURCE.server_flags
     (p,) = extra_args_problems("llama_cpp_instances.m.extra_args", [flag], DEFAULT_SOURCE.server_flags)
     assert p.startswith(f"llama_cpp_instances.m.extra_args = {flag!r}") and why in p
+
+
+@pytest.mark.parametrize("flag", ["--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-cert-reqs"])
+def test_vllm_tls_flags_are_refused(flag):
+    # uvicorn serves HTTPS (or demands client certificates) with them, and every health check speaks HTTP; both
+    # pinned parsers have them (files/vllm/<version>.flags.json)
+    assert flag in VLLM_OLD and flag in VLLM_NEW
+    (p,) = vf.extra_args_problems("vllm_instances.tiny.extra_args", [flag, "/etc/ssl/x.pem"], VLLM_NEW)
+    assert p.startswith(f"vllm_instances.tiny.extra_args = {flag!r}") and "HTTPS" in p
