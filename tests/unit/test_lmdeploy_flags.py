@@ -38,3 +38,22 @@ def test_each_setting_reaches_lmdeploys_field(name):
     assert (parsed["cache_block_seq_len"], parsed["quant_policy"]) == (s.cache_block_seq_len, s.quant_policy)
     assert parsed["dtype"] == "float16"
     assert parsed["api_keys"] is None  # keys never in argv: roles/lmdeploy/launch.py adds them in-process
+
+
+def test_the_option_tables_are_what_lmdeploys_own_parser_defines():
+    """API_SERVER_OPTIONS, the arity tables and CHOICES that extra_args are read with, against the actions of the
+    release's own `serve api_server` parser (recorded by tools/lmdeploy/parse_args.py from the wheel)."""
+    from roles.lmdeploy import flags
+    from roles.lmdeploy.decide import OWNED_FLAGS, PLAN_CHANGING_FLAGS
+
+    options = RECORDED["api_server_options"]
+    assert set(flags.API_SERVER_OPTIONS) == set(options)
+    assert flags.NO_VALUE_OPTIONS == {o for o, a in options.items() if a["nargs"] == 0}
+    assert flags.MANY_VALUE_OPTIONS == {o for o, a in options.items() if a["nargs"] in ("*", "+")}
+    assert flags.AT_LEAST_ONE_VALUE_OPTIONS == {o for o, a in options.items() if a["nargs"] == "+"}
+    assert not [o for o, a in options.items() if a["nargs"] not in (None, 0, "*", "+")]  # no '?' or N to read
+    # every option checked against its choices, but those refused whatever their value; a word is never None
+    checked = {o: tuple(c for c in a["choices"] if c != "None") for o, a in options.items()
+               if a["choices"] is not None and o not in OWNED_FLAGS and o not in PLAN_CHANGING_FLAGS}
+    assert {o: tuple(sorted(c)) for o, c in flags.CHOICES.items()} == {o: tuple(sorted(c)) for o, c in checked.items()}
+    assert flags.INT_CHOICES == {o for o in checked if options[o]["type"] == "int"}

@@ -8,6 +8,9 @@ subprocess of the matching CPython with only that directory on sys.path (-S: no 
 parser exactly as its entry point does (lmdeploy/cli/entrypoint.py run: CLI.add_parsers, SubCliServe.add_parsers,
 SubCliLite.add_parsers) and parses each sample's words. No GPU is needed: parsing imports torch but runs no kernel.
 Writes tests/data/lmdeploy/parsed-<version>.json: per sample the words and the parsed namespace (JSON-able values).
+Also records every long option (--...) of the `serve api_server` subparser under "api_server_options":
+{"--opt": {"nargs": action.nargs as is (None, '*', '+', '?', 0 for flags), "choices": [str(c), ...] or null,
+"type": action.type.__name__ or null}}, so that tests can check the hand-written option tables against it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ SAMPLES = {
 }
 
 _CHILD = r"""
-import json, sys
+import argparse, json, sys
 from lmdeploy.cli.cli import CLI
 from lmdeploy.cli.serve import SubCliServe
 from lmdeploy.cli.lite import SubCliLite
@@ -49,6 +52,14 @@ for name, words in json.loads(sys.argv[1]).items():
     ns = vars(CLI.parser.parse_args(words))
     out["samples"][name] = {"argv": words, "parsed": {k: v for k, v in sorted(ns.items())
                                                       if isinstance(v, (str, int, float, bool, list, type(None)))}}
+def sub(parser, name):
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+api = sub(sub(CLI.parser, "serve"), "api_server")
+out["api_server_options"] = {
+    opt: {"nargs": a.nargs,
+          "choices": None if a.choices is None else [str(c) for c in a.choices],
+          "type": None if a.type is None else getattr(a.type, "__name__", repr(a.type))}
+    for a in api._actions for opt in a.option_strings if opt.startswith("--")}
 print(json.dumps(out))
 """
 
