@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -217,13 +218,15 @@ def tree_of(src: Source, settings: Settings, read_archive: bool = True) -> Tree:
     all_quants = settings.llama_cpp_fa_all_quants
     if src.fa_form is not None or src.architectures is not None:
         return Tree(src.ref, src.architectures, src.fa_form, all_quants, server_flags=src.server_flags,
-                    llama_version=src.llama_version, log_verbosity=src.log_verbosity)
+                    llama_version=src.llama_version, log_verbosity=src.log_verbosity,
+                    server_flag_values=src.server_flag_values)
     if read_archive and not is_url(src.url) and Path(src.url).is_file():
         try:
             facts = read_tree(Path(src.url), src.subdir)
             return Tree(src.ref, facts.architectures, facts.fa_form, all_quants,
                         server_flags=facts.server_flags or None, llama_version=facts.llama_version,
-                        log_verbosity=facts.log_verbosity, flash_attn_style=facts.flash_attn_style)
+                        log_verbosity=facts.log_verbosity, flash_attn_style=facts.flash_attn_style,
+                        server_flag_values=facts.server_flag_values or None)
         except (OSError, ValueError):  # not a llama.cpp tree we can read: unknown, and said so where it matters
             pass
     return Tree(src.ref, None, None, all_quants)
@@ -508,6 +511,8 @@ class Tree:
     llama_version: tuple[int, int, int] | None = None  # llama.cpp's own version (CMakeLists.txt); None: unknown
     log_verbosity: int | None = None  # -lv printing the load report and no debug line (tree.py); None: unknown
     flash_attn_style: str | None = None  # how an archive read here takes -fa (tree.py); None: the source's own
+    #: {flag: the words llama-server takes after it} (tree.py server_flag_values); None: unknown
+    server_flag_values: Mapping[str, int] | None = field(default=None, hash=False)
 
     @property
     def can_unify(self) -> bool:
@@ -639,7 +644,8 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
         more += even_more
         chosen = serving.unread(inst.parallel, inst.context, kv, bool(inst.kv_unified))
     more += kv_unified_problems(key, inst, tree)
-    more += extra_args_problems(f"{key}.extra_args", inst.extra_args, tree.server_flags) + typed_problems(
+    more += extra_args_problems(f"{key}.extra_args", inst.extra_args, tree.server_flags,
+                                tree.server_flag_values) + typed_problems(
         key, inst, tree.server_flags, len(inst.gpus) if inst.gpus else gpu_count(settings, gpus))
     return (Instance(name, inst, model_path, model_source, api_key, memory, chosen.kv, gpu_layers, chosen,
                      tree.server_flags, parts, tree.log_verbosity), problems + more)
@@ -849,7 +855,7 @@ def server_args(inst: Instance, flash_attn_style: str, log_requests: bool = Fals
     args += ["-lv", str(verbosity(inst))]
     if log_requests:
         args += [PROMPT_LOG_FLAG, prompt_log_dir(inst.name)]
-    # extra_args last: a flag there missing its value cannot take one of the toolkit's own (the check knows flag
-    # names, not how many values each takes)
+    # extra_args last: a flag there missing its value cannot take one of the toolkit's own (the check refuses it
+    # where the tree's arities are known, flags.extra_args_problems)
     args += list(s.extra_args)
     return " ".join(shlex.quote(a) for a in args)

@@ -9,6 +9,8 @@ A tree whose flags are unknown (an unpinned source URL) gets the older spellings
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from roles import engines
 from roles.llama_cpp.settings import LlamaCppInstance
 from roles.settings import problem
@@ -108,21 +110,51 @@ def typed_args(s: LlamaCppInstance, known: frozenset[str] | None = None) -> list
     return args
 
 
-def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None) -> list[str]:
+def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
+                        values: Mapping[str, int] | None = None) -> list[str]:
     """One problem per word of extra_args (`key`: llama_cpp_instances.NAME.extra_args) that is a flag the toolkit
     owns (naming the setting), one that undoes the plan (UNPLANNED), a flag the tree's server does not accept
     (`known`; None: not checked), or a known flag written --flag=value (llama-server looks the whole word up:
-    "invalid argument"). Values pass unchecked (roles/engines.py extra_args_problems)."""
+    "invalid argument"). Where the tree's arities are known (`values`: files/llama_cpp/<ref>.json
+    server_flag_values) the words are read as llama-server's parser reads them (common/arg.cpp
+    common_params_parse_ex): a flag takes its next 0, 1 or 2 words as values whatever they look like, a flag whose
+    values argv does not have is refused ("expected value for argument"; extra_args are the command line's last
+    words), and a word no flag takes is refused ("invalid argument"). Without them values pass unchecked
+    (roles/engines.py extra_args_problems)."""
     def two_words(word: str, flag: str) -> list[str]:
         return [] if "=" not in word else [problem(
             key, word, "llama-server takes a flag's value as the next word, not after '='",
             f"write it as two words: {flag!r}, {word.split('=', 1)[1]!r}")]
 
-    return engines.extra_args_problems(
-        key, args, OWNED, known, ("not a flag of this llama.cpp's llama-server (common/arg.cpp; "
-                                  "files/llama_cpp/<ref>.json server_flags)",
-                                  "check the spelling against `llama-server --help` of the pinned tree, or remove it"),
-        UNPLANNED, two_words)
+    def check(words: list[str]) -> list[str]:
+        return engines.extra_args_problems(
+            key, words, OWNED, known, ("not a flag of this llama.cpp's llama-server (common/arg.cpp; "
+                                       "files/llama_cpp/<ref>.json server_flags)",
+                                       "check the spelling against `llama-server --help` of the pinned tree, or "
+                                       "remove it"),
+            UNPLANNED, two_words)
+
+    if values is None:
+        return check(args)
+    problems, i = [], 0
+    while i < len(args):
+        word = args[i]
+        looked_up = word.replace("_", "-") if word.startswith("--") else word  # arg.cpp: `_` is `-` in a -- flag
+        if looked_up not in values and engines.ARG_VALUE.match(word):
+            problems.append(problem(key, word, "no flag before it takes a value, so llama-server reads it as an "
+                                    "argument and has none by that name (invalid argument)",
+                                    "remove it, or put it right after the flag it is the value of"))
+            i += 1
+            continue
+        problems += check([word])
+        taken = values.get(looked_up, 0)
+        if i + taken >= len(args) and taken:
+            problems.append(problem(key, word, f"it takes {taken} value{'s' if taken > 1 else ''} and "
+                                    f"{'none follows' if i + 1 == len(args) else 'fewer follow'}: llama-server "
+                                    "stops at start (expected value for argument)",
+                                    "give its value as the next word, or remove it"))
+        i += 1 + taken
+    return problems
 
 
 def typed_problems(key: str, s: LlamaCppInstance, known: frozenset[str] | None, n_gpus: int) -> list[str]:

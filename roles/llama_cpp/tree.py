@@ -11,7 +11,7 @@ import hashlib
 import re
 import tarfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping
 
@@ -88,7 +88,7 @@ class TreeFacts:
     ggml-cuda.cu turns CUDA graphs off (disable_due_to_gpu_arch), None where no such rule is found.
     fa_quants_options: the CMake options of ggml/CMakeLists.txt that pick the FA vector kernels' K/V types
     (GGML_CUDA_FA_ALL_QUANTS, GGML_CUDA_FA_QUANTS). server_flags: every option spelling llama-server accepts
-    (common/arg.cpp, server_flags()). llama_version: llama.cpp's own (major, minor, patch) from the top-level
+    (common/arg.cpp, server_flags()); server_flag_values: the words each takes after it (server_flag_values()). llama_version: llama.cpp's own (major, minor, patch) from the top-level
     CMakeLists.txt (llama_version()), None for a tree from before semantic versioning. log_verbosity: the -lv that
     prints the library's load report and no debug line (log_verbosity()), None where common/log.h does not say."""
 
@@ -100,6 +100,7 @@ class TreeFacts:
     server_flags: frozenset[str] = frozenset()
     llama_version: tuple[int, int, int] | None = None
     log_verbosity: int | None = None
+    server_flag_values: Mapping[str, int] = field(default_factory=dict, hash=False)
 
 
 def _mask(text: str) -> str:
@@ -271,7 +272,27 @@ def _top_level_parts(masked: str, start: int, end: int) -> list[tuple[int, int]]
 
 
 def server_flags(arg_cpp: str) -> frozenset[str]:
-    """Every option spelling llama-server accepts, read from common/arg.cpp as common_params_parser_init builds the
+    """Every option spelling llama-server accepts (server_flag_values' keys). Raises what it raises."""
+    return frozenset(server_flag_values(arg_cpp))
+
+
+def _values_taken(handler: str) -> int:
+    """How many words after its flag llama-server's parser takes for an option whose handler lambda is `handler`
+    (masked source text starting at its '['): common/arg.cpp common_params_parse_ex calls handler_void (params
+    only) and handler_bool (one bool: the flag or its --no- form) with none, handler_int and handler_string with the
+    next word, handler_str_str with the next two, whatever those words look like ("expected value for argument"
+    when argv ends first)."""
+    start = handler.find("(")
+    end = _close(handler, start, "(", ")")
+    params = _top_level_parts(handler, start + 1, end - 1)
+    if len(params) == 2 and re.search(r"\bbool\b", handler[params[1][0]:params[1][1]]):
+        return 0
+    return len(params) - 1
+
+
+def server_flag_values(arg_cpp: str) -> dict[str, int]:
+    """{option spelling: the words llama-server takes after it (0, 1 or 2; _values_taken)} for every option
+    llama-server accepts, read from common/arg.cpp as common_params_parser_init builds the
     options for LLAMA_EXAMPLE_SERVER: each `add_opt(common_arg({"-x", "--xx"}, [{"--no-xx"},] ...)...)` whose
     set_examples (default {LLAMA_EXAMPLE_COMMON}, common/arg.h) holds LLAMA_EXAMPLE_SERVER or LLAMA_EXAMPLE_COMMON
     and whose set_excludes does not hold LLAMA_EXAMPLE_SERVER (the add_opt filter), outside `if (ex == ...)` blocks
@@ -300,7 +321,7 @@ def server_flags(arg_cpp: str) -> frozenset[str]:
             skipped.append((c.end(), close))
         if (e := re.match(r"\s*else\s*\{", body[close:])) and runs:
             skipped.append((close + e.end(), _close(body, close + e.end() - 1, "{", "}")))
-    flags: set[str] = set()
+    flags: dict[str, int] = {}
     for a in re.finditer(r"\badd_opt\s*\(\s*common_arg\s*\(", body):
         if any(lo <= a.start() < hi for lo, hi in skipped):
             continue
@@ -308,7 +329,13 @@ def server_flags(arg_cpp: str) -> frozenset[str]:
         arg_close = _close(body, arg_open, "(", ")")
         opt_close = _close(body, body.index("(", a.start()), "(", ")")
         names: list[str] = []
-        for lo, hi in _top_level_parts(body, arg_open + 1, arg_close - 1)[:2]:  # args, then args_neg if a list
+        parts = _top_level_parts(body, arg_open + 1, arg_close - 1)
+        handlers = [(lo, hi) for lo, hi in parts if body[lo:hi].lstrip().startswith("[")]
+        if not handlers:
+            raise ValueError(f"{ARG_CPP}: an option without a handler lambda at offset {start + a.start()}")
+        lo, hi = handlers[-1]
+        taken = _values_taken(body[lo:hi].lstrip())
+        for lo, hi in parts[:2]:  # args, then args_neg if a list
             text = arg_cpp[start + lo:start + hi].strip()
             if not text.startswith("{"):
                 break
@@ -323,10 +350,10 @@ def server_flags(arg_cpp: str) -> frozenset[str]:
         kept = examples("set_examples") or {"LLAMA_EXAMPLE_COMMON"}
         if kept & {"LLAMA_EXAMPLE_SERVER", "LLAMA_EXAMPLE_COMMON"} and \
                 "LLAMA_EXAMPLE_SERVER" not in (examples("set_excludes") or set()):
-            flags.update(names)
+            flags.update(dict.fromkeys(names, taken))
     if not flags:
         raise ValueError(f"{ARG_CPP}: no server options found")
-    return frozenset(flags)
+    return flags
 
 
 def cuda_graphs_min_cc(cuda_cu: str, common_cuh: str) -> tuple[int, int] | None:
@@ -407,6 +434,7 @@ def facts(files: Mapping[str, str]) -> TreeFacts:
         cuda_graphs_min_cc=cuda_graphs_min_cc(files[CUDA_CU], files[COMMON_CUH]),
         fa_quants_options=fa_quants_options(files[CMAKE_GGML]),
         server_flags=server_flags(files[ARG_CPP]),
+        server_flag_values=server_flag_values(files[ARG_CPP]),
         llama_version=llama_version(files.get(CMAKE_TOP)),
         log_verbosity=log_verbosity(files.get(LOG_H), files.get(LOG_CPP)),
     )

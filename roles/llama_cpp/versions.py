@@ -6,7 +6,8 @@ tree's own code (roles/llama_cpp/tree.py read_tree, roles/llama_cpp/attention.py
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: Where the known pins' data files are (files/llama_cpp/<ref>.json).
@@ -29,6 +30,8 @@ class Source:
     fa_form: str | None = None
     #: every llama-server flag spelling the tree accepts (common/arg.cpp); None: not known
     server_flags: frozenset[str] | None = None
+    #: {flag: the words llama-server takes after it (0, 1 or 2)} (tree.py server_flag_values); None: not known
+    server_flag_values: Mapping[str, int] | None = field(default=None, hash=False)
     #: llama.cpp's own (major, minor, patch) from the tree's CMakeLists.txt (tree.py llama_version); None: a tree
     #: from before semantic versioning, or not read
     llama_version: tuple[int, int, int] | None = None
@@ -54,6 +57,7 @@ def source_of(data: dict) -> Source:
                   flash_attn_style=data["flash_attn_style"], architectures=frozenset(data["architectures"]),
                   fa_form=data["fa_form"],
                   server_flags=frozenset(data["server_flags"]) if data.get("server_flags") else None,
+                  server_flag_values=dict(data["server_flag_values"]) if data.get("server_flag_values") else None,
                   llama_version=tuple(data["llama_version"]) if data.get("llama_version") else None,
                   log_verbosity=data.get("log_verbosity"))
 

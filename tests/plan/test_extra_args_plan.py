@@ -85,3 +85,11 @@ def test_llama_server_tls_flags_are_refused(word):
     with pytest.raises(SettingsError) as e:
         plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "extra_args": [word, "/etc/ssl/x.pem"]}}})
     assert f"llama_cpp_instances.tiny.extra_args = {word!r}" in str(e.value) and "HTTPS" in str(e.value)
+
+
+def test_a_flag_without_its_value_is_refused_before_any_change():
+    # the default pin's arities (files/llama_cpp/<ref>.json server_flag_values, read from common/arg.cpp):
+    # `--alias` last on the command line stops llama-server at start ("expected value for argument")
+    with pytest.raises(SettingsError) as e:
+        plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "extra_args": ["--alias"]}}})
+    assert "llama_cpp_instances.tiny.extra_args = '--alias'" in str(e.value) and "expected value" in str(e.value)

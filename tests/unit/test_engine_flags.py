@@ -181,3 +181,25 @@ def test_vllm_tls_flags_are_refused(flag):
     assert flag in VLLM_OLD and flag in VLLM_NEW
     (p,) = vf.extra_args_problems("vllm_instances.tiny.extra_args", [flag, "/etc/ssl/x.pem"], VLLM_NEW)
     assert p.startswith(f"vllm_instances.tiny.extra_args = {flag!r}") and "HTTPS" in p
+
+
+NEW_VALUES = SOURCES["pypi-0.3.36"].server_flag_values
+
+
+@pytest.mark.parametrize("words, shown, said", [
+    (["--alias"], "--alias", "none follows"),  # the last word of the command line: "expected value for argument"
+    (["--control-vector-layer-range", "1"], "--control-vector-layer-range", "fewer follow"),  # START END
+    (["stray"], "stray", "invalid argument"),  # no flag takes it
+    (["--no-warmup", "yes"], "yes", "invalid argument"),  # --no-warmup takes none
+])
+def test_words_are_read_with_each_flags_arity(words, shown, said):
+    problems = lf.extra_args_problems(f"{KEY}.extra_args", words, NEW, NEW_VALUES)
+    assert len(problems) == 1 and problems[0].startswith(f"{KEY}.extra_args = {shown!r}") and said in problems[0]
+
+
+def test_a_flags_value_is_taken_whatever_it_looks_like():
+    # llama-server takes the next word as the value (common_params_parse_ex: argv[++i]): `--alias -x` names the
+    # model "-x", and "-x" is not judged as a flag; a negative number is a value too
+    assert lf.extra_args_problems(f"{KEY}.extra_args", ["--alias", "-x", "--temp", "-1"], NEW, NEW_VALUES) == []
+    assert lf.extra_args_problems(f"{KEY}.extra_args", ["--control-vector-layer-range", "1", "4", "--no-warmup"],
+                                  NEW, NEW_VALUES) == []

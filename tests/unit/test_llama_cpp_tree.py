@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -141,6 +142,30 @@ def test_pin_data_file_agrees_with_its_archive(version, facts):
     assert (src.sha256, src.architectures, src.fa_form) == (SHA[version], f.architectures, f.fa_form)
     assert src.llama_version == f.llama_version
     assert data["log_verbosity"] == f.log_verbosity == src.log_verbosity is not None
+    assert data["server_flag_values"] == dict(f.server_flag_values) == dict(src.server_flag_values)
+    assert set(data["server_flag_values"]) == set(data["server_flags"])
+
+
+@pytest.mark.parametrize("version", list(SHA))
+def test_the_words_each_flag_takes_are_its_handlers_arguments(version, facts):
+    """server_flag_values against the handlers' signatures as a grep finds them in common/arg.cpp (not the reader):
+    `[](common_params & params)` takes no word, `(common_params & params, int value)` one, a two-string handler
+    two (common_params_parse_ex: handler_void, handler_int/handler_string, handler_str_str)."""
+    need(facts, version)
+    text = files_of(version)[tree.ARG_CPP]
+    values = SOURCES[f"pypi-{version}"].server_flag_values
+    for names, handler in re.findall(r'add_opt\(common_arg\(\s*\{([^}]*)\},\s*(?:"[^"]*",\s*)*'
+                                     r'(?:string_format\([^;]*?\),\s*)?\[\]\((common_params & params[^)]*)\)',
+                                     text):
+        flags = re.findall(r'"([^"]+)"', names)
+        want = handler.count(",")
+        if " bool " in handler + " ":
+            want = 0
+        for flag in flags:
+            if flag in values:
+                assert values[flag] == want, (flag, handler)
+    assert values["-c"] == 1 and values["--jinja"] == 0 and values["--port"] == 1
+    assert values["--control-vector-layer-range"] == 2  # START END: the one two-word option of both trees
 
 
 def test_registry_keeps_both_pins_and_the_default():
