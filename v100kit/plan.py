@@ -17,6 +17,7 @@ import json
 
 from v100kit.hosts import HostFailure, exit_status, for_each_host, json_results
 from roles.engines import describe_outside, outside_use, usable_mib
+from roles.gpu_policy import decide as gpu_policy
 from roles.engine_registry import ENGINES, by_unit
 from roles.preflight import HostPlan
 
@@ -59,6 +60,7 @@ def summarize(host, plan: HostPlan) -> dict:
                       "node_address": r.node_address, "gcs_address": r.gcs_address, "interface": r.interface,
                       "pipeline_parallel_size": r.pipeline_parallel_size}
     out["request_logging"] = request_logging(plan)
+    out["gpu_policy"] = gpu_policy.summary(plan.settings, plan.gpu_policy)
     m = plan.monitoring
     out["monitoring"] = None if m is None else {
         "node_exporter": m.node_exporter_args[0].split("=", 1)[1], "scrapers": list(m.scrapers),
@@ -88,6 +90,13 @@ def table(results: dict) -> str:
             lines.append(f"   monitoring: node exporter on {mon['node_exporter']}"
                          + (f" for {', '.join(mon['scrapers'])}" if mon["scrapers"] else " (loopback only)")
                          + f"; GPU metrics every {mon['gpu_interval_s']} s, doctor every {mon['doctor_interval_s']} s")
+        if r.get("gpu_policy"):
+            gp = r["gpu_policy"]
+            lines.append(f"   GPU policy: {gp['policy']}, " + (
+                f"at each boot ({gpu_policy.UNIT})" + (f"; changes {'; '.join(gp['changes'])}" if gp["changes"]
+                                                        else "; the cards have it already")
+                + (f"; ECC current after a reboot on GPU {', '.join(map(str, gp['ecc_reboot']))}"
+                   if gp["ecc_reboot"] else "") if gp["applied"] else f"NOT APPLIED: {gp['why']}"))
         for g, d in r.get("gpus", {}).items():
             users = ", ".join(f"{u} {'?' if m is None else m}" for u, m in d["claims_mib"].items())
             of = (f" of {d['memory_mib']} ({d['name']}, compute capability {d['compute_capability']})"

@@ -141,6 +141,30 @@ def compute_mode_problems(settings: Settings, claims: Mapping[int, list[tuple[st
     return problems
 
 
+def describe(settings: Settings) -> str:
+    """The gpu_policy_ settings in words ('power limit 200 W, compute mode EXCLUSIVE_PROCESS'); '' when none is set."""
+    ac = application_clocks(settings)
+    parts = [f"power limit {_watts(settings.gpu_policy_power_limit_w)} W" if settings.gpu_policy_power_limit_w
+             is not None else "", f"application clocks {ac[0]},{ac[1]} MHz" if ac else "",
+             f"compute mode {settings.gpu_policy_compute_mode}" if settings.gpu_policy_compute_mode else "",
+             "" if settings.gpu_policy_ecc is None else f"ECC {'on' if settings.gpu_policy_ecc else 'off'}"]
+    return ", ".join(p for p in parts if p)
+
+
+def summary(settings: Settings, policy: GpuPolicyPlan | None) -> dict | None:
+    """The policy as `v100kit plan` shows it: None without any gpu_policy_ setting; else {"policy": describe's
+    words, "applied": whether the deploy applies it, "changes": what differs on the cards now, "ecc_reboot": GPU
+    indexes, "why": why not applied or ""}. Not applied means no GPU was visible: the values were checked against no
+    card's range."""
+    if not wanted(settings):
+        return None
+    if policy is None:
+        return {"policy": describe(settings), "applied": False, "changes": [], "ecc_reboot": [],
+                "why": "no GPU visible (nvidia-smi): not checked against a card's range and not applied"}
+    return {"policy": describe(settings), "applied": True, "changes": list(policy.differs),
+            "ecc_reboot": list(policy.ecc_reboot), "why": ""}
+
+
 def plan(settings: Settings, cards: list[GpuCard]) -> tuple[GpuPolicyPlan | None, list[str]]:
     """(the plan, refusals): None without any gpu_policy_ setting (the cards are left as they are, no unit) or
     without a visible card (nothing can be checked, so nothing is applied: the deploy says so)."""

@@ -6,6 +6,7 @@ first left (harness.converged, the card now at the policy) changes nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -121,3 +122,23 @@ def test_prohibited_with_an_instance_on_the_gpu_is_refused():
     with pytest.raises(SettingsError) as e:
         plan({"gpu_policy_compute_mode": "PROHIBITED", "llama_cpp_instances": {"a": {**TINY, "port": 8081}}})
     assert "gpu_policy_compute_mode = 'PROHIBITED'" in str(e.value) and "llama-server@a" in str(e.value)
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_plan_shows_the_policy_and_says_when_it_is_not_applied(gpu):
+    """`v100kit plan` (read-only preflight of a fake host) shows the policy, the change on the card (its nvidia-smi
+    -q says 250 W), or without a visible GPU that it is neither checked against a card nor applied (before, plan
+    said nothing of the policy either way)."""
+    from tests.plan.harness import preflight_cluster
+    from v100kit.plan import summarize, table
+
+    responses = {**GPU, "nvidia-smi -q -d POWER": SMI_Q} if gpu else {}
+    node, plan_ = preflight_cluster({"box": (DEBIAN_13, {"gpu_policy_power_limit_w": 200}, responses)}, {}, "box")
+    out = summarize(node, plan_)
+    line = next(x for x in table({"box": out}).splitlines() if x.startswith("   GPU policy:"))
+    assert line.startswith("   GPU policy: power limit 200 W, "), line
+    if gpu:
+        assert out["gpu_policy"]["applied"] and "GPU 0 (Tesla V100-PCIE-32GB) power limit 250 W -> 200 W" in line
+    else:
+        assert not out["gpu_policy"]["applied"] and "NOT APPLIED: no GPU visible" in line
+    assert json.loads(json.dumps(out))["gpu_policy"] == out["gpu_policy"]  # --json carries it as it is
