@@ -114,7 +114,8 @@ class _HostSettings(BaseModel):
                                                         "SUPPORTED_CLOCKS lists (V100 PCIe: 877,1380 at most); "
                                                         "None: leave the card's")
     gpu_policy_compute_mode: Literal["DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED"] | None = Field(
-        None, description="compute mode (nvidia-smi -c), set at each boot; None: leave the card's")
+        None, description="compute mode (nvidia-smi -c), set at each boot; PROHIBITED refused with an "
+                          "instance on the GPU, EXCLUSIVE_PROCESS with two on one GPU; None: leave the card's")
     gpu_policy_ecc: bool | None = Field(
         None, description="ECC on or off (nvidia-smi -e); a change becomes current only at a reboot "
                           "(gpu_policy_reboot); None: leave the card's")
