@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import signal
 import sys
 
@@ -159,6 +160,10 @@ def quiet_interrupts() -> None:
 
 
 def _main(argv: list[str] | None) -> int:
+    # paramiko's transport thread logs a failed handshake as an ERROR traceback, line by line ("Exception (client):
+    # Error reading SSH protocol banner", then the traceback), also when Ctrl-C closes its socket mid-handshake; the
+    # host's result (or "interrupted") already says it in a line
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else None  # passed through (verify: to pytest)
     parser = build_parser()  # imports every command, pyinfra and gevent with them

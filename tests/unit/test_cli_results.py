@@ -511,3 +511,73 @@ def test_a_closed_stdout_exits_141_without_a_traceback(tmp_path):
     finally:
         os.close(write)
     assert proc.returncode == 141 and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_a_port_that_is_not_ssh_is_one_line_without_paramikos_traceback(tmp_path):
+    """A real TCP server that closes every connection at once: paramiko's transport thread logs "Exception
+    (client): Error reading SSH protocol banner" with a whole traceback at ERROR; the command says the host and the
+    cause in its own line and prints no traceback."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+
+    def closes():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=closes, daemon=True).start()
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f'boxes = [("127.0.0.1", {{"ssh_port": {port}, "ssh_user": "nobody"}})]\n')
+    try:
+        proc = subprocess.run([sys.executable, "-m", "v100kit.cli", "plan", str(inventory)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        server.close()
+    assert proc.returncode == 2, proc.stderr
+    assert "== 127.0.0.1: UNREACHABLE" in proc.stdout and "SSH protocol banner" in proc.stdout
+    assert "Traceback" not in proc.stderr and "Exception (client)" not in proc.stderr, proc.stderr
+
+
+def test_ctrl_c_during_the_ssh_handshake_is_one_line(tmp_path):
+    """A real SIGINT while paramiko waits for the banner of a server that accepts and says nothing: 130 and
+    "interrupted", without the transport thread's "Exception (client) ... File descriptor was closed in another
+    greenlet" traceback (printed before)."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port, held = server.getsockname()[1], []
+
+    def holds():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=holds, daemon=True).start()
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f'boxes = [("127.0.0.1", {{"ssh_port": {port}, "ssh_user": "nobody"}})]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "v100kit.cli", "plan", str(inventory)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not held and time.monotonic() < deadline:  # the handshake has begun
+            time.sleep(0.2)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.close()
+    assert held, "the command never connected"
+    assert proc.returncode == 130 and err.rstrip().endswith("interrupted") and "Traceback" not in err, (out, err)
