@@ -137,7 +137,8 @@ def is_loopback(address: str) -> bool:
 
 def problems(settings: Settings, taken_ports: dict[int, str]) -> list[str]:
     """Refusals before any change: a listen address other than the loopback without monitoring_scrapers (the node
-    exporter has no authentication: anyone who reaches the address reads the host's metrics), and a node exporter
+    exporter has no authentication: anyone who reaches the address reads the host's metrics), a scraper network of
+    every address (prefix length 0: the same, through IPAddressAllow), and a node exporter
     port an engine instance or Ray uses on this host (`taken_ports`: port -> user)."""
     out = []
     s = settings
@@ -148,6 +149,11 @@ def problems(settings: Settings, taken_ports: dict[int, str]) -> list[str]:
                            "the node exporter has no authentication, and no monitoring_scrapers limit who may connect",
                            "name your Prometheus servers' addresses in monitoring_scrapers (e.g. ['10.0.0.5']), "
                            "or keep the default 127.0.0.1"))
+    for item in s.monitoring_scrapers:
+        if ipaddress.ip_network(item, strict=False).prefixlen == 0:  # 0.0.0.0/0, ::/0: IPAddressAllow=any
+            out.append(problem("monitoring_scrapers", item, "it lets every address in, and the node exporter has "
+                               "no authentication", "name your Prometheus servers' addresses or their network "
+                               "(e.g. '10.0.0.5' or '10.0.0.0/24')"))
     if s.monitoring_node_exporter_port in taken_ports:
         out.append(problem("monitoring_node_exporter_port", s.monitoring_node_exporter_port,
                            f"{taken_ports[s.monitoring_node_exporter_port]} uses that port on this host",
