@@ -267,8 +267,11 @@ def source_file_problems(src: Source) -> list[str]:
 
 def toolkit(settings: Settings, toolkits: list[Toolkit]) -> tuple[Toolkit | None, list[str]]:
     """The installed toolkit llama_cpp_cuda_version names (default: the first, the default toolkit):
-    (toolkit, problems); None with a problem when it is not installed."""
-    wanted = settings.llama_cpp_cuda_version or (toolkits[0].version if toolkits else None)
+    (toolkit, problems); None with a problem when it is not installed, None without one when no toolkit is planned
+    at all (the cuda role has refused its settings: a second line naming an empty list would only mislead)."""
+    if not toolkits and settings.llama_cpp_cuda_version is None:
+        return None, []  # none planned: the cuda role's own refusal (cuda_versions, the driver) says why, once
+    wanted = settings.llama_cpp_cuda_version or toolkits[0].version
     found = next((t for t in toolkits if t.version == wanted), None)
     if found is None:
         return None, [problem("llama_cpp_cuda_version", wanted, "not among the installed toolkits",
