@@ -166,7 +166,8 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
                                    else [])
     problems += more
     claims = gpu_claims_of(settings, gpus, plans)
-    problems += gpu_policy.compute_mode_problems(settings, claims)
+    problems += gpu_policy.compute_mode_problems(settings, claims,
+                                                 frozenset(g["index"] for g in gpus if outside_use(g)[1]))
     problems += gpu_sum_problems(claims, {g["index"]: usable_mib(g) for g in host_gpus(settings, gpus)},
                                  {g["index"]: describe_outside(g) for g in gpus})
     watch, more = (monitoring.plan(settings, driver.pin, plans) if driver

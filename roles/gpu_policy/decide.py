@@ -114,11 +114,14 @@ def check(settings: Settings, cards: list[GpuCard]) -> list[str]:
     return problems
 
 
-def compute_mode_problems(settings: Settings, claims: Mapping[int, list[tuple[str, int | None]]]) -> list[str]:
+def compute_mode_problems(settings: Settings, claims: Mapping[int, list[tuple[str, int | None]]],
+                          busy: frozenset[int] = frozenset()) -> list[str]:
     """Refusals of gpu_policy_compute_mode against the GPUs' users (`claims`: {GPU index: [(unit or
     roles.engines.OUTSIDE, bytes)]}, roles/preflight.py gpu_claims_of): PROHIBITED lets no process create a CUDA
     context, so any instance on a GPU cannot start; EXCLUSIVE_PROCESS allows one process's context per device, so a
-    second instance on one GPU, or an instance beside a process outside v100kit, fails at its CUDA initialisation.
+    second instance on one GPU, or an instance beside a process outside v100kit (`busy`: the GPU indexes nvidia-smi
+    lists such a process on, counted whatever allow_gpu_in_use says: that setting is about memory, and the process
+    still holds its context), fails at its CUDA initialisation.
     Source: the CUDA driver API's CUcomputemode ("Compute-exclusive-process mode (Only one context used by a single
     process can be present on this device at a time)", "Compute-prohibited mode (No contexts can be created on this
     device at this time)"). [] for DEFAULT or None."""
@@ -127,6 +130,8 @@ def compute_mode_problems(settings: Settings, claims: Mapping[int, list[tuple[st
     if mode not in ("PROHIBITED", "EXCLUSIVE_PROCESS"):
         return problems
     for g, users in sorted(claims.items()):
+        if g in busy and not any(u == OUTSIDE for u, _ in users):
+            users = [*users, (OUTSIDE, None)]
         units = [u for u, _ in users if u != OUTSIDE]
         if mode == "PROHIBITED" and units:
             problems.append(problem("gpu_policy_compute_mode", mode, f"no process may create a CUDA context on a "
@@ -137,7 +142,9 @@ def compute_mode_problems(settings: Settings, claims: Mapping[int, list[tuple[st
             who = " and ".join(units) + (f" beside a process {OUTSIDE}" if len(units) < len(users) else "")
             problems.append(problem("gpu_policy_compute_mode", mode, f"an EXCLUSIVE_PROCESS GPU takes one process's "
                                     f"CUDA context, and {who} use GPU {g}: all but the first to start fail",
-                                    "give each instance its own GPUs (gpus: [...]), or use DEFAULT"))
+                                    "give each instance its own GPUs (gpus: [...])"
+                                    + (", stop the process outside v100kit" if len(units) < len(users) else "")
+                                    + ", or use DEFAULT"))
     return problems
 
 

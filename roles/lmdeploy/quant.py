@@ -57,7 +57,14 @@ def turbomind_format(config: dict[str, Any], key: str = "lmdeploy_instances.mode
     qc = quantization_config(config)
     if qc is None:
         return TurbomindFormat(None), []
-    method = str(qc.get("quant_method", "")).lower()
+    written = str(qc.get("quant_method", ""))
+    method = written.lower()
+    if written != method and method in ("awq", "gptq", "fp8", "compressed-tensors", "mxfp4"):
+        # LMDeploy compares quant_method as written with the --model-format it is given, which its parser takes in
+        # lower case only (turbomind/converter.py:171-176 at v0.15.0: "mismatched quant method")
+        return None, [problem(key, f"quant_method {written}", "LMDeploy 0.15.0 compares it as written with its "
+                              f"--model-format choice {method!r} and stops at load (mismatched quant method)",
+                              f"write \"quant_method\": \"{method}\" in the model's config.json")]
     fix_other = ("choose a 4-bit AWQ (version gemm) or GPTQ (desc_act false, sym true) checkpoint with group size "
                  "128, or the unquantized model")
     if method == "fp8":

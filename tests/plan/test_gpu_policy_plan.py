@@ -142,3 +142,18 @@ def test_the_plan_shows_the_policy_and_says_when_it_is_not_applied(gpu):
     else:
         assert not out["gpu_policy"]["applied"] and "NOT APPLIED: no GPU visible" in line
     assert json.loads(json.dumps(out))["gpu_policy"] == out["gpu_policy"]  # --json carries it as it is
+
+
+def test_exclusive_process_beside_a_process_outside_v100kit_is_refused_even_with_allow_gpu_in_use():
+    # allow_gpu_in_use leaves the outside process's memory out of the plan; its CUDA context still takes the one an
+    # EXCLUSIVE_PROCESS GPU allows (nvidia-smi lists PID 4242 on GPU 0 here)
+    busy = {"nvidia-smi --query-gpu": [GPU["nvidia-smi --query-gpu"][0].replace(", 0, 32480, Enabled",
+                                                                              ", 900, 31580, Enabled"),
+                                       "#apps", "GPU-4965xxxx-79e3-7941-12cb-1dfe9c53xxxx, 4242, 890, python3",
+                                       "#units"]}
+    data = {"gpu_policy_compute_mode": "EXCLUSIVE_PROCESS",
+            "llama_cpp_instances": {"a": {**TINY, "port": 8081, "allow_gpu_in_use": True}}}
+    with pytest.raises(SettingsError) as e:
+        plan_uploads_raw(DEBIAN_13, data, {**busy, "nvidia-smi -q -d POWER": SMI_Q})
+    assert "llama-server@a beside a process outside v100kit use GPU 0" in str(e.value), str(e.value)
+    assert "stop the process outside v100kit" in str(e.value)

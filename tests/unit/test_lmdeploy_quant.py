@@ -79,3 +79,19 @@ def test_an_architecture_turbomind_lacks_is_refused_naming_it():
 def test_a_group_size_that_is_no_number_is_a_problem_not_a_traceback():
     fmt, problems = turbomind_format({"quantization_config": {**AWQ, "group_size": "abc"}}, "lmdeploy_instances.a.model_path")
     assert fmt is None and len(problems) == 1 and "lmdeploy_instances.a.model_path = 'awq group_size abc'" in problems[0]
+
+
+def test_a_quant_method_not_in_lower_case_is_refused_and_not_offered():
+    # LMDeploy 0.15.0 turbomind/converter.py:171-176 asserts model_format == quant_method as written, and its
+    # --model-format choices are lower case (tests/data/lmdeploy/parsed-0.15.0.json): "AWQ" stops it at load
+    from lab.models import HF_CONFIG, TURBOMIND_CONFIG
+    from roles.engines import quant_fixes
+    from roles.lmdeploy.quant import turbomind_format
+
+    config = {**HF_CONFIG, **TURBOMIND_CONFIG,
+              "quantization_config": {"quant_method": "AWQ", "bits": 4, "group_size": 128, "version": "gemm"}}
+    fmt, problems = turbomind_format(config)
+    assert fmt is None and "quant_method AWQ" in problems[0] and '"quant_method": "awq"' in problems[0]
+    assert not any("LMDeploy" in f for f in quant_fixes(config, (7, 0), besides="vllm"))
+    lower = {**config, "quantization_config": {**config["quantization_config"], "quant_method": "awq"}}
+    assert turbomind_format(lower)[1] == [] and quant_fixes(lower, (7, 0), besides="vllm")
