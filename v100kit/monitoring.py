@@ -159,5 +159,7 @@ def run(args: argparse.Namespace) -> int:
                         print(f"v100kit monitoring: note: {t.note}", file=sys.stderr)
         for w in written:
             print(f"v100kit monitoring: wrote {w['file']} ({w['host']} {w['unit']}, 0600)", file=sys.stderr)
-        print(yaml.safe_dump(config, sort_keys=False, default_flow_style=False), end="")
+        # with end="" a long text into a pipe its reader closed mid-way lost the EPIPE (exit 0 after a partial
+        # write, CPython 3.11); the newline print writes on its own raises it
+        print(yaml.safe_dump(config, sort_keys=False, default_flow_style=False).rstrip("\n"))
     return exit_status(results)

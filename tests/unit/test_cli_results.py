@@ -581,3 +581,26 @@ def test_ctrl_c_during_the_ssh_handshake_is_one_line(tmp_path):
         server.close()
     assert held, "the command never connected"
     assert proc.returncode == 130 and err.rstrip().endswith("interrupted") and "Traceback" not in err, (out, err)
+
+
+def test_a_reader_closing_a_long_scrape_config_midway_is_141_not_success(tmp_path):
+    """`v100kit monitoring scrape-config INV | head -1` on an inventory whose configuration is far past a pipe's
+    buffer (30 hosts x 40 instances, ~150 KB): the reader closes after one line. Before, print(..., end="") lost the
+    EPIPE of the partial write and the command exited 0 with its output cut."""
+    inventory = tmp_path / "inv.py"
+    inventory.write_text(
+        'boxes = [(f"box{h}.invalid", {"monitoring_enabled": True, "monitoring_listen_address": "10.0.0.2", '
+        '"monitoring_scrapers": ["10.0.0.5"], "llama_cpp_instances": {f"i{n}": {"model_source": '
+        '"https://models.example/tiny.gguf", "model_sha256": "a" * 64, "port": 8100 + n, "listen": "10.0.0.2"} '
+        'for n in range(40)}}) for h in range(30)]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "v100kit.cli", "monitoring", "scrape-config", str(inventory)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline()  # one line read, as head -1 does
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 141 and "Traceback" not in err, (proc.returncode, err)
