@@ -20,8 +20,8 @@ from typing import Any, Callable
 from roles import planner
 from roles.engines import (compute_capability, given_gpus, gpu_count, hf_instance_model, network_listener,
                            outside_use, port_clashes, usable_mib)
-from roles.lmdeploy.flags import (AT_LEAST_ONE_VALUE_OPTIONS, CHOICES, MANY_VALUE_OPTIONS, NO_VALUE_OPTIONS, ServeArgs,
-                                  choice_ok, resolve_option, serve_argv)
+from roles.lmdeploy.flags import (AT_LEAST_ONE_VALUE_OPTIONS, CHOICES, INT_OPTIONS, MANY_VALUE_OPTIONS,
+                                  NO_VALUE_OPTIONS, ServeArgs, is_value_word, resolve_option, serve_argv, value_ok)
 from roles.lmdeploy.planner import KvPlan, KvShape, plan_kv
 from roles.lmdeploy.quant import TurbomindFormat, architecture_problems, turbomind_format
 from roles.lmdeploy.versions import LMDEPLOY_RELEASES, LOCK_DIR, LmdeployRelease
@@ -70,6 +70,9 @@ PLAN_CHANGING_FLAGS = {"--dp": "data parallel runs more engines than the plan's 
                        "--dist-init-addr": "the plan is for one host",
                        "--device": "the plan is for CUDA GPUs",
                        "--disable-metrics": "the monitoring role scrapes its /metrics",
+                       "--hf-overrides": "it rewrites fields of the model's config.json that the memory plan read "
+                                         "(layers, heads, context: turbomind/converter.py _apply_hf_overrides, "
+                                         "v0.15.0)",
                        "--ssl": "it serves HTTPS, and the deploy's, verify's and the bench's checks speak HTTP to "
                                 "its /health and API",
                        "--help": "api_server prints its help and exits 0, and the unit's Restart=on-failure does "
@@ -250,7 +253,7 @@ def extra_args_problems(key: str, args: list[str]) -> list[str]:
                        "start", "give its value as the next word, or remove it")
 
     for word in args:
-        if word in ("--", "-") or not word.startswith("-") or word[1].isdigit() or word[1] == ".":
+        if word == "--" or is_value_word(word):
             if word == "--":
                 problems.append(problem(f"{key}.extra_args", word, "argparse reads every word after it as a "
                                         "positional argument, and api_server takes one, the model path the toolkit "
@@ -260,8 +263,8 @@ def extra_args_problems(key: str, args: list[str]) -> list[str]:
                                         "0.15.0's api_server reads it as a second positional argument after the "
                                         "model path and refuses it (unrecognized arguments)",
                                         "remove it, or put it right after the option it is the value of"))
-            elif takes == 1 and not choice_ok(option, word):
-                problems.append(invalid_choice(key, option, word))
+            elif option is not None and not dotted and not value_ok(option, word):
+                problems.append(invalid_value(key, option, word))
             elif option == "--log-level" and word in PROMPT_LOG_LEVELS:
                 problems.append(problem(f"{key}.extra_args", f"--log-level {word}", "LMDeploy writes every "
                                         "request's prompt to the journal at this level (lmdeploy/logger.py "
@@ -280,14 +283,22 @@ def extra_args_problems(key: str, args: list[str]) -> list[str]:
             takes, option = -1, None  # what follows is judged as values: one wrong word, one problem
             continue
         flag = "--" + word.split("=", 1)[0][2:].replace("_", "-")
+        # FlexibleArgumentParser turns `--opt.key VALUE` (or `--opt.key=VALUE`) into `--opt '{"key": VALUE}'`
+        # (lmdeploy/cli/utils.py:892-912 at v0.15.0): the option is the part before the first '.'
+        dotted = "." in flag
+        flag = flag.split(".", 1)[0]
         option, candidates = resolve_option(flag)
         inline = "=" in word
-        takes = (0 if inline or option in NO_VALUE_OPTIONS else -1 if option in MANY_VALUE_OPTIONS or option is None
-                 else 1)
+        takes = (0 if inline else 1 if dotted else 0 if option in NO_VALUE_OPTIONS
+                 else -1 if option in MANY_VALUE_OPTIONS or option is None else 1)
         if option is not None and not inline and (takes == 1 or option in AT_LEAST_ONE_VALUE_OPTIONS):
             needs = option
-        if inline and option is not None and not choice_ok(option, word.split("=", 1)[1]):
-            problems.append(invalid_choice(key, option, word.split("=", 1)[1]))
+        if inline and option in NO_VALUE_OPTIONS and not dotted:
+            problems.append(problem(f"{key}.extra_args", word, f"{option} takes no value, so LMDeploy 0.15.0's "
+                                    "api_server refuses the command line (argparse: ignored explicit argument)",
+                                    f"write {option} alone"))
+        elif inline and option is not None and not dotted and not value_ok(option, word.split("=", 1)[1]):
+            problems.append(invalid_value(key, option, word.split("=", 1)[1]))
         elif inline and option == "--log-level" and word.split("=", 1)[1] in PROMPT_LOG_LEVELS:
             problems.append(problem(f"{key}.extra_args", word, "LMDeploy writes every request's prompt to the "
                                     "journal at this level (lmdeploy/logger.py RequestLogger: level REQUEST, 15)",
@@ -316,10 +327,15 @@ def extra_args_problems(key: str, args: list[str]) -> list[str]:
     return problems
 
 
-def invalid_choice(key: str, option: str, value: str) -> str:
-    """The refusal of a value argparse would refuse for `option` (flags.CHOICES: "invalid choice")."""
-    return problem(f"{key}.extra_args", f"{option} {value}", "LMDeploy 0.15.0's api_server refuses it (argparse: "
-                   "invalid choice) and the instance does not start", f"use one of {', '.join(CHOICES[option])}")
+def invalid_value(key: str, option: str, value: str) -> str:
+    """The refusal of a value argparse would refuse for `option`: not of its type (flags.INT_OPTIONS,
+    FLOAT_OPTIONS: "invalid int value") or outside its choices (flags.CHOICES: "invalid choice")."""
+    if option in CHOICES:
+        return problem(f"{key}.extra_args", f"{option} {value}", "LMDeploy 0.15.0's api_server refuses it (argparse: "
+                       "invalid choice) and the instance does not start", f"use one of {', '.join(CHOICES[option])}")
+    kind = "int" if option in INT_OPTIONS else "float"
+    return problem(f"{key}.extra_args", f"{option} {value}", f"LMDeploy 0.15.0's api_server refuses it (argparse: "
+                   f"invalid {kind} value) and the instance does not start", f"give {option} a number ({kind})")
 
 
 def instance(name: str, inst, settings, gpus: list[GpuInfo],

@@ -15,6 +15,7 @@ roles/lmdeploy/launch.py.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from roles.lmdeploy.planner import DEFAULT_CACHE_BLOCK_SEQ_LEN, DEFAULT_CACHE_MAX_ENTRY_COUNT
@@ -80,6 +81,49 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 #: the options of CHOICES whose type is int: a word is compared as the number argparse makes of it
 INT_CHOICES = frozenset({"--async"})
+
+
+#: the options whose values argparse converts with int() or float() ("invalid int value" otherwise); the owned and
+#: plan-changing ones among them are refused whatever their value (lmdeploy/cli/utils.py and cli/serve.py, v0.15.0)
+INT_OPTIONS = frozenset({
+    "--async", "--cache-block-seq-len", "--cp", "--cudagraph-capture-batch-sizes", "--dllm-block-length",
+    "--dllm-denoising-steps", "--dp", "--ep", "--kernel-block-size", "--max-batch-size", "--max-concurrent-requests",
+    "--max-log-len", "--max-prefill-iters", "--max-prefill-token-num", "--nnodes", "--node-rank",
+    "--num-tokens-per-iter", "--prefix-cache-decode-state-interval", "--prefix-cache-state-budget", "--server-port",
+    "--session-len", "--speculative-num-draft-tokens", "--tp", "--vision-max-batch-size",
+})
+FLOAT_OPTIONS = frozenset({"--cache-max-entry-count", "--dllm-confidence-threshold", "--rope-scaling-factor"})
+#: argparse's own test for a word that looks like a negative number (Python 3.11 argparse
+#: _negative_number_matcher): a value, where the parser has no option that looks like one (api_server has none)
+NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def is_value_word(word: str) -> bool:
+    """Whether argparse (Python 3.11 _parse_optional) reads `word` as a value, not an option: one not starting with
+    '-', '-' alone, else (not an option, nor a prefix of one) a negative number or a word with a space."""
+    if not word or word[0] != "-" or word == "-":
+        return True
+    name = word.split("=", 1)[0]
+    if name.startswith("--"):
+        option, candidates = resolve_option("--" + name[2:].replace("_", "-").split(".", 1)[0])
+        if option or candidates:
+            return False
+    elif word in ("-h",):
+        return False
+    return bool(NEGATIVE_NUMBER.match(word)) or " " in word
+
+
+def value_ok(option: str, value: str) -> bool:
+    """Whether argparse accepts `value` for `option`: its type (INT_OPTIONS, FLOAT_OPTIONS: Python's int() and
+    float()), then its choices (CHOICES)."""
+    try:
+        if option in INT_OPTIONS:
+            int(value)
+        elif option in FLOAT_OPTIONS:
+            float(value)
+    except ValueError:
+        return False
+    return choice_ok(option, value)
 
 
 def choice_ok(option: str, value: str) -> bool:

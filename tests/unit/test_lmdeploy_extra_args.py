@@ -98,3 +98,30 @@ def test_a_missing_or_invalid_value_is_refused_before_the_instance_fails_to_star
 def test_values_the_parser_accepts_pass(words):
     # --adapters is nargs '*' (none is fine); --async is type=int ("01" is 1); -1 is a negative number, a value
     assert extra_args_problems("lmdeploy_instances.a", words) == []
+
+
+# --- found by trying word lists against LMDeploy 0.15.0's own parser (python3.11 -S, its wheel) ---------------------
+
+@pytest.mark.parametrize("words, shown, said", [
+    (["--enable-prefix-caching=true"], "--enable-prefix-caching=true", "ignored explicit argument"),
+    (["--eager-mode="], "--eager-mode=", "ignored explicit argument"),
+    (["--rope-scaling-factor", "-1e3"], "--rope-scaling-factor", "expected one argument"),  # not -\d+ nor -\d*.\d+
+    (["--max-log-len", "-1x"], "--max-log-len", "expected one argument"),
+    (["--max-log-len", "x"], "--max-log-len x", "invalid int value"),
+    (["--dllm-confidence-threshold", "x"], "--dllm-confidence-threshold x", "invalid float value"),
+    (["--max-log-len=1.5"], "--max-log-len 1.5", "invalid int value"),
+    (["--hf-overrides.rope_scaling.factor", "2.0"], "--hf-overrides.rope_scaling.factor", "memory plan read"),
+    (["--hf-overrides", '{"num_hidden_layers": 2}'], "--hf-overrides", "memory plan read"),
+])
+def test_what_lmdeploys_parser_refuses_or_the_plan_cannot_hold_is_refused(words, shown, said):
+    problems = extra_args_problems("lmdeploy_instances.a", words)  # the first says argparse's own first error
+    assert problems and problems[0].startswith(f"lmdeploy_instances.a.extra_args = {shown!r}"), problems
+    assert said in problems[0]
+
+
+@pytest.mark.parametrize("words", [["--chat-template", "-x y"], ["--rope-scaling-factor", "-.5"],
+                                   ["--max-log-len", "1_0"], ["--rope-scaling-factor", "1e3"],
+                                   ["--chat-template", "-1"]])
+def test_words_lmdeploys_parser_takes_as_values_pass(words):
+    # argparse: a word with a space is a value, -.5 and -1 are negative numbers; int("1_0") is 10, float("1e3") 1000
+    assert extra_args_problems("lmdeploy_instances.a", words) == []
