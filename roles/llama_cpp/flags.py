@@ -137,9 +137,13 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
     if values is None:
         return check(args)
     problems, i = [], 0
+    unknown_before = False  # the flag before is not the tree's: how many words it takes is unknown
     while i < len(args):
         word = args[i]
         looked_up = word.replace("_", "-") if word.startswith("--") else word  # arg.cpp: `_` is `-` in a -- flag
+        if looked_up not in values and engines.ARG_VALUE.match(word) and unknown_before:
+            i += 1  # its value, most likely: the flag's own refusal says what to do, once
+            continue
         if looked_up not in values and engines.ARG_VALUE.match(word):
             problems.append(problem(key, word, "no flag before it takes a value, so llama-server reads it as an "
                                     "argument and has none by that name (invalid argument)",
@@ -147,6 +151,7 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
             i += 1
             continue
         problems += check([word])
+        unknown_before = looked_up not in values
         taken = values.get(looked_up, 0)
         if i + taken >= len(args) and taken:
             problems.append(problem(key, word, f"it takes {taken} value{'s' if taken > 1 else ''} and "

@@ -149,10 +149,13 @@ def problems(settings: Settings, taken_ports: dict[int, str]) -> list[str]:
                            "the node exporter has no authentication, and no monitoring_scrapers limit who may connect",
                            "name your Prometheus servers' addresses in monitoring_scrapers (e.g. ['10.0.0.5']), "
                            "or keep the default 127.0.0.1"))
-    for item in s.monitoring_scrapers:
-        if ipaddress.ip_network(item, strict=False).prefixlen == 0:  # 0.0.0.0/0, ::/0: IPAddressAllow=any
-            out.append(problem("monitoring_scrapers", item, "it lets every address in, and the node exporter has "
-                               "no authentication", "name your Prometheus servers' addresses or their network "
+    networks = [ipaddress.ip_network(item, strict=False) for item in s.monitoring_scrapers]
+    for version in (4, 6):  # 0.0.0.0/0, or 0.0.0.0/1 with 128.0.0.0/1: IPAddressAllow lets everyone in
+        together = list(ipaddress.collapse_addresses(n for n in networks if n.version == version))
+        if any(n.prefixlen == 0 for n in together):
+            out.append(problem("monitoring_scrapers", [str(n) for n in networks if n.version == version],
+                               f"together they let every IPv{version} address in, and the node exporter has no "
+                               "authentication", "name your Prometheus servers' addresses or their network "
                                "(e.g. '10.0.0.5' or '10.0.0.0/24')"))
     if s.monitoring_node_exporter_port in taken_ports:
         out.append(problem("monitoring_node_exporter_port", s.monitoring_node_exporter_port,

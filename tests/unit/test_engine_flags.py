@@ -203,3 +203,12 @@ def test_a_flags_value_is_taken_whatever_it_looks_like():
     assert lf.extra_args_problems(f"{KEY}.extra_args", ["--alias", "-x", "--temp", "-1"], NEW, NEW_VALUES) == []
     assert lf.extra_args_problems(f"{KEY}.extra_args", ["--control-vector-layer-range", "1", "4", "--no-warmup"],
                                   NEW, NEW_VALUES) == []
+
+
+def test_an_unknown_flag_is_one_refusal_not_one_more_for_its_value():
+    # "--Alias" is not the tree's (its flags are case-sensitive): its value is not said again as a stray word
+    problems = lf.extra_args_problems(f"{KEY}.extra_args", ["--Alias", "x"], NEW, NEW_VALUES)
+    assert len(problems) == 1 and "'--Alias'" in problems[0] and "not a flag" in problems[0]
+    # after a known flag, a word it does not take is still refused
+    (p,) = lf.extra_args_problems(f"{KEY}.extra_args", ["--no-warmup", "x"], NEW, NEW_VALUES)
+    assert "'x'" in p and "invalid argument" in p
