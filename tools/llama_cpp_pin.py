@@ -105,7 +105,6 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
         "cuda_graphs_min_cc": list(facts.cuda_graphs_min_cc) if facts.cuda_graphs_min_cc else None,
         "fa_quants_options": list(facts.fa_quants_options),
         "architectures": sorted(facts.architectures),
-        "server_flags": sorted(facts.server_flags),
         "server_flag_values": dict(sorted(facts.server_flag_values.items())),
         "llama_version": list(facts.llama_version) if facts.llama_version else None,
         "log_verbosity": facts.log_verbosity,
@@ -117,11 +116,10 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
             "cuda_graphs_min_cc": "ggml/src/ggml-cuda/ggml-cuda.cu (disable_due_to_gpu_arch)",
             "fa_quants_options": "ggml/CMakeLists.txt",
             "architectures": "src/llama-arch.cpp LLM_ARCH_NAMES",
-            "server_flags": "common/arg.cpp common_params_parser_init (options kept for LLAMA_EXAMPLE_SERVER, less "
-                            "arg_removed ones; roles/llama_cpp/tree.py server_flags)",
-            "server_flag_values": "common/arg.cpp: each option's handler lambda (none, bool: 0 words; int, string: "
-                                  "1; two strings: 2, as common_params_parse_ex takes them; roles/llama_cpp/tree.py "
-                                  "server_flag_values)",
+            "server_flag_values": "common/arg.cpp common_params_parser_init, the options kept for "
+                                  "LLAMA_EXAMPLE_SERVER less arg_removed ones (its keys), and each one's handler lambda "
+                                  "(none, bool: 0 words; int, string: 1; two strings: 2, as common_params_parse_ex takes "
+                                  "them; roles/llama_cpp/tree.py server_flag_values)",
             "llama_version": "CMakeLists.txt set(LLAMA_VERSION_MAJOR/MINOR/PATCH) (roles/llama_cpp/tree.py llama_version)",
             "log_verbosity": "common/log.h LOG_DBG and common/log.cpp / LOG_DEFAULT_LLAMA (roles/llama_cpp/tree.py "
                              "log_verbosity)",

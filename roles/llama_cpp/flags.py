@@ -1,6 +1,7 @@
 """llama-server flags users set: the typed settings' rendering (typed_args) and the checks of extra_args against the
 flags the toolkit owns (OWNED) and the flags the pinned tree's server accepts (files/llama_cpp/<ref>.json
-server_flags, derived from common/arg.cpp by roles/llama_cpp/tree.py server_flags). Pure: no pyinfra import.
+server_flag_values: each flag and the words it takes, derived from common/arg.cpp by roles/llama_cpp/tree.py).
+Pure: no pyinfra import.
 
 Where trees spell a setting differently, the tree's own flags pick the spelling: the 0.3.36 tree has no --mlock /
 --no-mmap (one --load-mode) and has removed --draft-max (--spec-draft-n-max); 0.3.16 has the older spellings.
@@ -129,7 +130,7 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
     def check(words: list[str]) -> list[str]:
         return engines.extra_args_problems(
             key, words, OWNED, known, ("not a flag of this llama.cpp's llama-server (common/arg.cpp; "
-                                       "files/llama_cpp/<ref>.json server_flags)",
+                                       "files/llama_cpp/<ref>.json server_flag_values)",
                                        "check the spelling against `llama-server --help` of the pinned tree, or "
                                        "remove it"),
             UNPLANNED, two_words)

@@ -77,7 +77,8 @@ class LlamaCppInstance(InstanceOnGpus):
     # -- llama-server flags (roles/llama_cpp/flags.py renders them; None: llama-server's own default) --
     extra_args: list[ArgWord] = Field(
         default_factory=list, description="further llama-server arguments, appended as given; each flag must be one "
-                                          "the pinned tree's server accepts (files/llama_cpp/<ref>.json server_flags) "
+                                          "the pinned tree's server accepts (files/llama_cpp/<ref>.json "
+                                          "server_flag_values) "
                                           "and not one a setting owns; a value is the next word, not --flag=value")
     jinja: bool | None = Field(None, description="--jinja (true) / --no-jinja (false): Jinja chat templates")
     chat_template: str | None = Field(

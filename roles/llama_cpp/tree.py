@@ -87,8 +87,9 @@ class TreeFacts:
     bare `-fa`), from common/arg.cpp. cuda_graphs_min_cc: the compute capability (major, minor) below which
     ggml-cuda.cu turns CUDA graphs off (disable_due_to_gpu_arch), None where no such rule is found.
     fa_quants_options: the CMake options of ggml/CMakeLists.txt that pick the FA vector kernels' K/V types
-    (GGML_CUDA_FA_ALL_QUANTS, GGML_CUDA_FA_QUANTS). server_flags: every option spelling llama-server accepts
-    (common/arg.cpp, server_flags()); server_flag_values: the words each takes after it (server_flag_values()). llama_version: llama.cpp's own (major, minor, patch) from the top-level
+    (GGML_CUDA_FA_ALL_QUANTS, GGML_CUDA_FA_QUANTS). server_flag_values: every option spelling llama-server accepts
+    (common/arg.cpp) with the words it takes after it (server_flag_values()); server_flags, its keys.
+    llama_version: llama.cpp's own (major, minor, patch) from the top-level
     CMakeLists.txt (llama_version()), None for a tree from before semantic versioning. log_verbosity: the -lv that
     prints the library's load report and no debug line (log_verbosity()), None where common/log.h does not say."""
 
@@ -97,10 +98,14 @@ class TreeFacts:
     flash_attn_style: Literal["value", "flag"]
     cuda_graphs_min_cc: tuple[int, int] | None = None
     fa_quants_options: tuple[str, ...] = ()
-    server_flags: frozenset[str] = frozenset()
     llama_version: tuple[int, int, int] | None = None
     log_verbosity: int | None = None
     server_flag_values: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    @property
+    def server_flags(self) -> frozenset[str]:
+        """Every option spelling llama-server accepts: server_flag_values' keys."""
+        return frozenset(self.server_flag_values)
 
 
 def _mask(text: str) -> str:
@@ -433,7 +438,6 @@ def facts(files: Mapping[str, str]) -> TreeFacts:
         flash_attn_style=flash_attn_style(files[ARG_CPP]),
         cuda_graphs_min_cc=cuda_graphs_min_cc(files[CUDA_CU], files[COMMON_CUH]),
         fa_quants_options=fa_quants_options(files[CMAKE_GGML]),
-        server_flags=server_flags(files[ARG_CPP]),
         server_flag_values=server_flag_values(files[ARG_CPP]),
         llama_version=llama_version(files.get(CMAKE_TOP)),
         log_verbosity=log_verbosity(files.get(LOG_H), files.get(LOG_CPP)),

@@ -56,7 +56,8 @@ def source_of(data: dict) -> Source:
     return Source(ref=data["ref"], url=data["url"], sha256=data["sha256"], subdir=data["subdir"],
                   flash_attn_style=data["flash_attn_style"], architectures=frozenset(data["architectures"]),
                   fa_form=data["fa_form"],
-                  server_flags=frozenset(data["server_flags"]) if data.get("server_flags") else None,
+                  # the flags are the keys of their arities (tools/llama_cpp_pin.py writes the one mapping)
+                  server_flags=frozenset(data["server_flag_values"]) if data.get("server_flag_values") else None,
                   server_flag_values=dict(data["server_flag_values"]) if data.get("server_flag_values") else None,
                   llama_version=tuple(data["llama_version"]) if data.get("llama_version") else None,
                   log_verbosity=data.get("log_verbosity"))

@@ -338,6 +338,31 @@ def invalid_value(key: str, option: str, value: str) -> str:
                    f"invalid {kind} value) and the instance does not start", f"give {option} a number ({kind})")
 
 
+def model_problems(config: dict, cc: tuple[int, int], chosen: str = "lmdeploy_instances.model", shown: str = "",
+                   config_key: str = "lmdeploy_instances.model",
+                   config_path: str = "") -> tuple[TurbomindFormat | None, KvShape | None, list[str]]:
+    """What TurboMind makes of a model's parsed config.json on compute capability `cc` (major, minor): (its format or
+    None, its KV shape or None, refusals). Refusals name `chosen` (the setting that chose the model, `shown` its
+    value): a format TurboMind cannot run (quant.turbomind_format), an architecture it does not run
+    (quant.architecture_problems), a head dimension without an sm70 attention kernel below 8.0
+    (TURBOMIND_SM70_HEAD_DIMS); a config.json without the KV shape's keys names `config_key` = `config_path`. The
+    checks of an instance's model, and what vLLM's AWQ refusal asks before it offers LMDeploy (engine._quant_fix)."""
+    found, problems = turbomind_format(config, chosen)
+    problems += architecture_problems(config, chosen)
+    try:
+        shape = KvShape.from_config(config)
+    except (KeyError, TypeError, ValueError) as e:
+        return found, None, problems + [problem(config_key, config_path, f"config.json lacks {e}",
+                                                "fix the config.json")]
+    if cc < (8, 0) and shape.head_dim not in TURBOMIND_SM70_HEAD_DIMS:
+        problems.append(problem(chosen, shown, f"its head dimension {shape.head_dim} has no TurboMind attention "
+                                f"kernel on compute capability {cc[0]}.{cc[1]} (LMDeploy 0.15.0 has "
+                                f"{', '.join(map(str, TURBOMIND_SM70_HEAD_DIMS))}): the engine would stop at its "
+                                "first request", "serve a GGUF of the model with llama.cpp (llama_cpp_instances), "
+                                "or choose a model of one of those head dimensions"))
+    return found, shape, problems
+
+
 def instance(name: str, inst, settings, gpus: list[GpuInfo],
              host_model: Callable[[str], dict | None]) -> tuple[Instance, list[str]]:
     """One lmdeploy@NAME: (Instance, problems) for its GPUs, listen address, API key, extra_args and model (the
@@ -372,8 +397,9 @@ def instance(name: str, inst, settings, gpus: list[GpuInfo],
     warnings: list[str] = []
     if config is not None and hf is not None:
         chosen = f"{key}.model_{'source' if inst.model_source else 'path'}"  # the setting that named the model
-        found, more = turbomind_format(config, chosen)
-        problems += more + architecture_problems(config, chosen)
+        found, shape, more = model_problems(config, cc, chosen, inst.model_source or inst.model_path,
+                                            f"{key}.model", model_path)
+        problems += more
         fmt = found or fmt
         session_len = inst.session_len or min(hf.max_position_embeddings or DEFAULT_SESSION_CAP, DEFAULT_SESSION_CAP)
         trained = hf.derived_max_len or hf.max_position_embeddings
@@ -382,18 +408,6 @@ def instance(name: str, inst, settings, gpus: list[GpuInfo],
             warnings.append(f"{UNIT}@{name}: session_len {session_len} is beyond the {trained} positions the model "
                             "was trained for (config.json max_position_embeddings, with its rope_scaling): replies "
                             "past them degrade; lower session_len, or use a model with rope_scaling for it")
-        try:
-            shape = KvShape.from_config(config)
-        except (KeyError, TypeError, ValueError) as e:
-            shape, more = None, [problem(f"{key}.model", model_path, f"config.json lacks {e}", "fix the config.json")]
-            problems += more
-        if shape is not None and cc < (8, 0) and shape.head_dim not in TURBOMIND_SM70_HEAD_DIMS:
-            problems.append(problem(chosen, inst.model_source or inst.model_path, f"its head dimension "
-                                    f"{shape.head_dim} has no TurboMind attention kernel on compute capability "
-                                    f"{cc[0]}.{cc[1]} (LMDeploy 0.15.0 has {', '.join(map(str, TURBOMIND_SM70_HEAD_DIMS))}"
-                                    "): the engine would stop at its first request", "serve a GGUF of the model "
-                                    "with llama.cpp (llama_cpp_instances), or choose a model of one of those head "
-                                    "dimensions"))
         if shape is not None and shape.kv_heads % inst.tp:
             problems.append(problem(f"{key}.tp", inst.tp, f"the model's {shape.kv_heads} KV heads do not split "
                                     "evenly over the ranks", "choose a tp that divides the KV heads"))

@@ -11,8 +11,7 @@ from roles.doctor.rows import venv_evidence, venv_in_use
 from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims, venv_watch
 from roles.lmdeploy import decide
 from roles.lmdeploy.decide import CONFIG_DIR, UNIT, Instance, LmdeployPlan
-from roles.lmdeploy.planner import KvShape
-from roles.lmdeploy.quant import architecture_problems, quantization_config, turbomind_format
+from roles.lmdeploy.quant import quantization_config
 from roles.vllm.facts import HfModelDir, PythonVersion
 
 MIB = 1 << 20
@@ -89,25 +88,17 @@ BENCH = BenchHooks(
 
 def _quant_fix(config: dict, cc: tuple[int, int]) -> str | None:
     """Offered where another engine refuses a quantized checkpoint (`config`: its parsed config.json) on compute
-    capability `cc`: only where TurboMind would take the same model, by the checks its own instances get (4-bit
-    AWQ/GPTQ formats, the architecture, a head dimension with an sm70 attention kernel). TurboMind builds sm_70
-    (LMDeploy v0.15.0 CMakeLists.txt:237-241 "70-real") and lists W4A16 AWQ/GPTQ on V100
+    capability `cc`: a 4-bit AWQ or GPTQ one that TurboMind takes by its own instances' checks (decide.model_problems).
+    TurboMind builds sm_70 (LMDeploy v0.15.0 CMakeLists.txt:237-241 "70-real") and lists W4A16 AWQ/GPTQ on V100
     (docs/en/quantization/w4a16.md)."""
     qc = quantization_config(config)
-    if not qc or str(qc.get("quant_method", "")).lower() not in ("awq", "gptq") or cc < (7, 0):
+    if not qc or str(qc.get("quant_method", "")).lower() not in ("awq", "gptq") or cc < decide.MIN_CAPABILITY:
         return None
-    fmt, problems = turbomind_format(config)
-    if fmt is None or problems or architecture_problems(config):
+    fmt, _, problems = decide.model_problems(config, cc)
+    if fmt is None or problems:
         return None
-    try:
-        shape = KvShape.from_config(config)
-    except (KeyError, TypeError, ValueError):
-        return None
-    if cc < (8, 0) and shape.head_dim not in decide.TURBOMIND_SM70_HEAD_DIMS:
-        return None
-    method = str(qc["quant_method"]).upper()
-    return (f"serve it with LMDeploy's TurboMind, which runs this 4-bit {method} checkpoint on compute capability "
-            f"{cc[0]}.{cc[1]}: the same model under lmdeploy_instances")
+    return (f"serve it with LMDeploy's TurboMind, which runs this 4-bit {str(qc['quant_method']).upper()} checkpoint "
+            f"on compute capability {cc[0]}.{cc[1]}: the same model under lmdeploy_instances")
 
 
 ENGINE = Engine(

@@ -61,7 +61,8 @@ MANY_VALUE_OPTIONS = frozenset({
 #: the options of MANY_VALUE_OPTIONS with nargs '+': argparse refuses them with no value ("expected at least one
 #: argument"); --adapters and --api-keys are nargs '*'
 AT_LEAST_ONE_VALUE_OPTIONS = frozenset({
-    "--allow-headers", "--allow-methods", "--allow-origins", "--allowed-media-domains", "--cudagraph-capture-batch-sizes",
+    "--allow-headers", "--allow-methods", "--allow-origins", "--allowed-media-domains",
+    "--cudagraph-capture-batch-sizes",
 })
 #: the options whose value argparse checks against choices, as the words it accepts (after the option's type:
 #: --async is type=int, so "01" is 1). --log-level's are logging._nameToLevel's names when the parser is built,
@@ -79,8 +80,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "--speculative-algorithm": ("eagle", "eagle3", "deepseek_mtp", "qwen3_5_mtp"),
     "--distributed-executor-backend": ("uni", "mp", "ray"),
 }
-#: the options of CHOICES whose type is int: a word is compared as the number argparse makes of it
-INT_CHOICES = frozenset({"--async"})
 
 
 #: the options whose values argparse converts with int() or float() ("invalid int value" otherwise); the owned and
@@ -108,34 +107,22 @@ def is_value_word(word: str) -> bool:
         option, candidates = resolve_option("--" + name[2:].replace("_", "-").split(".", 1)[0])
         if option or candidates:
             return False
-    elif word in ("-h",):
+    elif word == "-h":
         return False
     return bool(NEGATIVE_NUMBER.match(word)) or " " in word
 
 
 def value_ok(option: str, value: str) -> bool:
     """Whether argparse accepts `value` for `option`: its type (INT_OPTIONS, FLOAT_OPTIONS: Python's int() and
-    float()), then its choices (CHOICES)."""
+    float(), as argparse calls them), then its choices (CHOICES, compared after the type: --async "01" is 1)."""
     try:
         if option in INT_OPTIONS:
-            int(value)
+            value = str(int(value))
         elif option in FLOAT_OPTIONS:
             float(value)
     except ValueError:
         return False
-    return choice_ok(option, value)
-
-
-def choice_ok(option: str, value: str) -> bool:
-    """Whether argparse accepts `value` for `option` (an option of CHOICES; True for any other option)."""
-    if option not in CHOICES:
-        return True
-    if option in INT_CHOICES:
-        try:
-            value = str(int(value))
-        except ValueError:
-            return False
-    return value in CHOICES[option]
+    return option not in CHOICES or value in CHOICES[option]
 
 
 def resolve_option(flag: str) -> tuple[str | None, list[str]]:

@@ -25,7 +25,7 @@ def settings(all_quants: bool):
 def pin_facts(ref: str) -> tuple[frozenset[str], str, frozenset[str]]:
     """architectures, flash-attention form and llama-server flags, as the pin's data file has them."""
     data = load_pin(pin_file(ref))
-    return frozenset(data["architectures"]), data["fa_form"], frozenset(data["server_flags"])
+    return frozenset(data["architectures"]), data["fa_form"], frozenset(data["server_flag_values"])
 
 
 #: llama.cpp's version as the pin's tree states it (its CMakeLists.txt; read in the 0.3.36 sdist: 0.5.0)
