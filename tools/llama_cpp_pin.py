@@ -106,6 +106,7 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
         "fa_quants_options": list(facts.fa_quants_options),
         "architectures": sorted(facts.architectures),
         "server_flag_values": dict(sorted(facts.server_flag_values.items())),
+        "server_int_flags": sorted(facts.server_int_flags),
         "llama_version": list(facts.llama_version) if facts.llama_version else None,
         "log_verbosity": facts.log_verbosity,
         "sources": {
@@ -120,6 +121,9 @@ def pin_data(version: str, url: str, sha256: str, archive: Path, api: str) -> di
                                   "LLAMA_EXAMPLE_SERVER less arg_removed ones (its keys), and each one's handler lambda "
                                   "(none, bool: 0 words; int, string: 1; two strings: 2, as common_params_parse_ex takes "
                                   "them; roles/llama_cpp/tree.py server_flag_values)",
+            "server_int_flags": "common/arg.cpp: the options above whose handler lambda takes an int (handler_int, "
+                                "its word read with std::stoi by common_params_parse_ex; roles/llama_cpp/tree.py "
+                                "server_int_flags)",
             "llama_version": "CMakeLists.txt set(LLAMA_VERSION_MAJOR/MINOR/PATCH) (roles/llama_cpp/tree.py llama_version)",
             "log_verbosity": "common/log.h LOG_DBG and common/log.cpp / LOG_DEFAULT_LLAMA (roles/llama_cpp/tree.py "
                              "log_verbosity)",

@@ -219,14 +219,15 @@ def tree_of(src: Source, settings: Settings, read_archive: bool = True) -> Tree:
     if src.fa_form is not None or src.architectures is not None:
         return Tree(src.ref, src.architectures, src.fa_form, all_quants, server_flags=src.server_flags,
                     llama_version=src.llama_version, log_verbosity=src.log_verbosity,
-                    server_flag_values=src.server_flag_values)
+                    server_flag_values=src.server_flag_values, server_int_flags=src.server_int_flags)
     if read_archive and not is_url(src.url) and Path(src.url).is_file():
         try:
             facts = read_tree(Path(src.url), src.subdir)
             return Tree(src.ref, facts.architectures, facts.fa_form, all_quants,
                         server_flags=facts.server_flags or None, llama_version=facts.llama_version,
                         log_verbosity=facts.log_verbosity, flash_attn_style=facts.flash_attn_style,
-                        server_flag_values=facts.server_flag_values or None)
+                        server_flag_values=facts.server_flag_values or None,
+                        server_int_flags=facts.server_int_flags if facts.server_flag_values else None)
         except (OSError, ValueError):  # not a llama.cpp tree we can read: unknown, and said so where it matters
             pass
     return Tree(src.ref, None, None, all_quants)
@@ -516,6 +517,8 @@ class Tree:
     flash_attn_style: str | None = None  # how an archive read here takes -fa (tree.py); None: the source's own
     #: {flag: the words llama-server takes after it} (tree.py server_flag_values); None: unknown
     server_flag_values: Mapping[str, int] | None = field(default=None, hash=False)
+    #: the flags whose value llama-server reads with std::stoi (tree.py server_int_flags); None: unknown
+    server_int_flags: frozenset[str] | None = None
 
     @property
     def can_unify(self) -> bool:
@@ -648,7 +651,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
         chosen = serving.unread(inst.parallel, inst.context, kv, bool(inst.kv_unified))
     more += kv_unified_problems(key, inst, tree)
     more += extra_args_problems(f"{key}.extra_args", inst.extra_args, tree.server_flags,
-                                tree.server_flag_values) + typed_problems(
+                                tree.server_flag_values, tree.server_int_flags) + typed_problems(
         key, inst, tree.server_flags, len(inst.gpus) if inst.gpus else gpu_count(settings, gpus))
     return (Instance(name, inst, model_path, model_source, api_key, memory, chosen.kv, gpu_layers, chosen,
                      tree.server_flags, parts, tree.log_verbosity), problems + more)

@@ -10,11 +10,15 @@ A tree whose flags are unknown (an unpinned source URL) gets the older spellings
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from roles import engines
 from roles.llama_cpp.settings import LlamaCppInstance
 from roles.settings import problem
+
+#: what std::stoi reads (strtol, base 10): C isspace, then an optional sign and decimal digits; the rest is ignored
+STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
 #: Every spelling of a flag the toolkit sets itself -> the setting to use instead (both pinned trees' spellings).
 OWNED: dict[str, str] = {
@@ -111,8 +115,19 @@ def typed_args(s: LlamaCppInstance, known: frozenset[str] | None = None) -> list
     return args
 
 
+def stoi_refusal(word: str) -> str | None:
+    """Why std::stoi (base 10, int of 32 bits) throws on `word`, as llama-server's parser calls it for a handler_int
+    option (common/arg.cpp common_params_parse_ex): "no integer" (std::invalid_argument: no digits after optional
+    leading whitespace and one sign), "out of range" (std::out_of_range: beyond -2147483648..2147483647); None
+    where it returns (it reads the leading integer and ignores what follows, as strtol does)."""
+    m = STOI.match(word)
+    if m is None:
+        return "no integer"
+    return None if -2**31 <= int(m.group(1)) < 2**31 else "out of range"
+
+
 def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
-                        values: Mapping[str, int] | None = None) -> list[str]:
+                        values: Mapping[str, int] | None = None, ints: frozenset[str] | None = None) -> list[str]:
     """One problem per word of extra_args (`key`: llama_cpp_instances.NAME.extra_args) that is a flag the toolkit
     owns (naming the setting), one that undoes the plan (UNPLANNED), a flag the tree's server does not accept
     (`known`; None: not checked), or a known flag written --flag=value (llama-server looks the whole word up:
@@ -120,8 +135,9 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
     server_flag_values) the words are read as llama-server's parser reads them (common/arg.cpp
     common_params_parse_ex): a flag takes its next 0, 1 or 2 words as values whatever they look like, a flag whose
     values argv does not have is refused ("expected value for argument"; extra_args are the command line's last
-    words), and a word no flag takes is refused ("invalid argument"). Without them values pass unchecked
-    (roles/engines.py extra_args_problems)."""
+    words), and a word no flag takes is refused ("invalid argument"). The value of a flag in `ints`
+    (files/llama_cpp/<ref>.json server_int_flags) is refused where std::stoi throws on it (stoi_refusal). Without
+    them values pass unchecked (roles/engines.py extra_args_problems)."""
     def two_words(word: str, flag: str) -> list[str]:
         return [] if "=" not in word else [problem(
             key, word, "llama-server takes a flag's value as the next word, not after '='",
@@ -159,6 +175,11 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
                                     f"{'none follows' if i + 1 == len(args) else 'fewer follow'}: llama-server "
                                     "stops at start (expected value for argument)",
                                     "give its value as the next word, or remove it"))
+        elif ints is not None and looked_up in ints and (why := stoi_refusal(args[i + 1])):
+            problems.append(problem(key, args[i + 1], f"{word} takes an integer and llama-server reads this one with "
+                                    f"std::stoi: {why}, so it stops at start (error while handling argument)",
+                                    f"give {word} a whole number"
+                                    + (" from -2147483648 to 2147483647" if why == "out of range" else "")))
         i += 1 + taken
     return problems
 

@@ -79,7 +79,8 @@ class LlamaCppInstance(InstanceOnGpus):
         default_factory=list, description="further llama-server arguments, appended as given; each flag must be one "
                                           "the pinned tree's server accepts (files/llama_cpp/<ref>.json "
                                           "server_flag_values) "
-                                          "and not one a setting owns; a value is the next word, not --flag=value")
+                                          "and not one a setting owns; a value is the next word, not --flag=value, "
+                                          "and an integer flag's a whole number (server_int_flags)")
     jinja: bool | None = Field(None, description="--jinja (true) / --no-jinja (false): Jinja chat templates")
     chat_template: str | None = Field(
         None, pattern=r"^[A-Za-z0-9._-]+$", description="--chat-template: a built-in template name such as chatml "

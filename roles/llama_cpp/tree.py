@@ -89,6 +89,7 @@ class TreeFacts:
     fa_quants_options: the CMake options of ggml/CMakeLists.txt that pick the FA vector kernels' K/V types
     (GGML_CUDA_FA_ALL_QUANTS, GGML_CUDA_FA_QUANTS). server_flag_values: every option spelling llama-server accepts
     (common/arg.cpp) with the words it takes after it (server_flag_values()); server_flags, its keys.
+    server_int_flags: those of them whose value llama-server reads with std::stoi (server_int_flags()).
     llama_version: llama.cpp's own (major, minor, patch) from the top-level
     CMakeLists.txt (llama_version()), None for a tree from before semantic versioning. log_verbosity: the -lv that
     prints the library's load report and no debug line (log_verbosity()), None where common/log.h does not say."""
@@ -101,6 +102,7 @@ class TreeFacts:
     llama_version: tuple[int, int, int] | None = None
     log_verbosity: int | None = None
     server_flag_values: Mapping[str, int] = field(default_factory=dict, hash=False)
+    server_int_flags: frozenset[str] = frozenset()
 
     @property
     def server_flags(self) -> frozenset[str]:
@@ -295,8 +297,29 @@ def _values_taken(handler: str) -> int:
     return len(params) - 1
 
 
+def _is_int_handler(handler: str) -> bool:
+    """Whether the handler lambda `handler` (masked source text starting at its '[') is a handler_int: `(common_params
+    & params, int value)`, whose word common_params_parse_ex converts with std::stoi (common/arg.h handler_int)."""
+    start = handler.find("(")
+    params = _top_level_parts(handler, start + 1, _close(handler, start, "(", ")") - 1)
+    return len(params) == 2 and re.match(r"\s*int\b", handler[params[1][0]:params[1][1]]) is not None
+
+
 def server_flag_values(arg_cpp: str) -> dict[str, int]:
     """{option spelling: the words llama-server takes after it (0, 1 or 2; _values_taken)} for every option
+    llama-server accepts (server_handlers()). Raises what server_handlers raises."""
+    return {flag: _values_taken(h) for flag, h in server_handlers(arg_cpp).items()}
+
+
+def server_int_flags(arg_cpp: str) -> frozenset[str]:
+    """The option spellings llama-server accepts (server_handlers()) whose one value it reads with std::stoi
+    (common/arg.cpp common_params_parse_ex: `opt.handler_int(params, std::stoi(val))`; a word with no leading
+    integer stops it at start: "error while handling argument ... stoi"). Raises what server_handlers raises."""
+    return frozenset(flag for flag, h in server_handlers(arg_cpp).items() if _is_int_handler(h))
+
+
+def server_handlers(arg_cpp: str) -> dict[str, str]:
+    """{option spelling: its handler lambda's masked source text, from its '['} for every option
     llama-server accepts, read from common/arg.cpp as common_params_parser_init builds the
     options for LLAMA_EXAMPLE_SERVER: each `add_opt(common_arg({"-x", "--xx"}, [{"--no-xx"},] ...)...)` whose
     set_examples (default {LLAMA_EXAMPLE_COMMON}, common/arg.h) holds LLAMA_EXAMPLE_SERVER or LLAMA_EXAMPLE_COMMON
@@ -326,7 +349,7 @@ def server_flag_values(arg_cpp: str) -> dict[str, int]:
             skipped.append((c.end(), close))
         if (e := re.match(r"\s*else\s*\{", body[close:])) and runs:
             skipped.append((close + e.end(), _close(body, close + e.end() - 1, "{", "}")))
-    flags: dict[str, int] = {}
+    flags: dict[str, str] = {}
     for a in re.finditer(r"\badd_opt\s*\(\s*common_arg\s*\(", body):
         if any(lo <= a.start() < hi for lo, hi in skipped):
             continue
@@ -339,7 +362,7 @@ def server_flag_values(arg_cpp: str) -> dict[str, int]:
         if not handlers:
             raise ValueError(f"{ARG_CPP}: an option without a handler lambda at offset {start + a.start()}")
         lo, hi = handlers[-1]
-        taken = _values_taken(body[lo:hi].lstrip())
+        handler = body[lo:hi].lstrip()
         for lo, hi in parts[:2]:  # args, then args_neg if a list
             text = arg_cpp[start + lo:start + hi].strip()
             if not text.startswith("{"):
@@ -355,7 +378,7 @@ def server_flag_values(arg_cpp: str) -> dict[str, int]:
         kept = examples("set_examples") or {"LLAMA_EXAMPLE_COMMON"}
         if kept & {"LLAMA_EXAMPLE_SERVER", "LLAMA_EXAMPLE_COMMON"} and \
                 "LLAMA_EXAMPLE_SERVER" not in (examples("set_excludes") or set()):
-            flags.update(dict.fromkeys(names, taken))
+            flags.update(dict.fromkeys(names, handler))
     if not flags:
         raise ValueError(f"{ARG_CPP}: no server options found")
     return flags
@@ -439,6 +462,7 @@ def facts(files: Mapping[str, str]) -> TreeFacts:
         cuda_graphs_min_cc=cuda_graphs_min_cc(files[CUDA_CU], files[COMMON_CUH]),
         fa_quants_options=fa_quants_options(files[CMAKE_GGML]),
         server_flag_values=server_flag_values(files[ARG_CPP]),
+        server_int_flags=server_int_flags(files[ARG_CPP]),
         llama_version=llama_version(files.get(CMAKE_TOP)),
         log_verbosity=log_verbosity(files.get(LOG_H), files.get(LOG_CPP)),
     )

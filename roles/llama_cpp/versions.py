@@ -32,6 +32,8 @@ class Source:
     server_flags: frozenset[str] | None = None
     #: {flag: the words llama-server takes after it (0, 1 or 2)} (tree.py server_flag_values); None: not known
     server_flag_values: Mapping[str, int] | None = field(default=None, hash=False)
+    #: the flags whose value llama-server reads with std::stoi (tree.py server_int_flags); None: not known
+    server_int_flags: frozenset[str] | None = None
     #: llama.cpp's own (major, minor, patch) from the tree's CMakeLists.txt (tree.py llama_version); None: a tree
     #: from before semantic versioning, or not read
     llama_version: tuple[int, int, int] | None = None
@@ -59,6 +61,7 @@ def source_of(data: dict) -> Source:
                   # the flags are the keys of their arities (tools/llama_cpp_pin.py writes the one mapping)
                   server_flags=frozenset(data["server_flag_values"]) if data.get("server_flag_values") else None,
                   server_flag_values=dict(data["server_flag_values"]) if data.get("server_flag_values") else None,
+                  server_int_flags=frozenset(data["server_int_flags"]) if "server_int_flags" in data else None,
                   llama_version=tuple(data["llama_version"]) if data.get("llama_version") else None,
                   log_verbosity=data.get("log_verbosity"))
 

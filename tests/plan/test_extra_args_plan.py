@@ -93,3 +93,11 @@ def test_a_flag_without_its_value_is_refused_before_any_change():
     with pytest.raises(SettingsError) as e:
         plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "extra_args": ["--alias"]}}})
     assert "llama_cpp_instances.tiny.extra_args = '--alias'" in str(e.value) and "expected value" in str(e.value)
+
+
+def test_an_int_flag_with_a_word_it_cannot_read_is_refused_before_any_change():
+    # files/llama_cpp/<ref>.json server_int_flags: `--threads-http` has an `int value` handler (common/arg.cpp), read
+    # with std::stoi, which throws on "four": llama-server stops at start ("error while handling argument")
+    with pytest.raises(SettingsError) as e:
+        plan_uploads(DEBIAN_13, {"llama_cpp_instances": {"tiny": {**MODEL, "extra_args": ["--threads-http", "four"]}}})
+    assert "llama_cpp_instances.tiny.extra_args = 'four'" in str(e.value) and "std::stoi" in str(e.value)

@@ -212,3 +212,45 @@ def test_an_unknown_flag_is_one_refusal_not_one_more_for_its_value():
     # after a known flag, a word it does not take is still refused
     (p,) = lf.extra_args_problems(f"{KEY}.extra_args", ["--no-warmup", "x"], NEW, NEW_VALUES)
     assert "'x'" in p and "invalid argument" in p
+
+
+NEW_INTS = SOURCES["pypi-0.3.36"].server_int_flags
+STOI_WORDS = ["8", " 8", "\t7", "+8", "-1", "8abc", "0x10", "abc", "", "- 5", "+", "١٢", "2147483647", "2147483648",
+              "-2147483648", "-2147483649", "99999999999999999999"]
+
+
+def real_stoi(tmp_path: Path, words: list[str]) -> list[str | None]:
+    """What the C++ standard library's std::stoi does with each word (the call common_params_parse_ex makes for a
+    handler_int option), compiled here: None where it returns, else which exception it throws."""
+    import shutil
+    import subprocess
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on this machine: std::stoi itself is the expected value")
+    src = tmp_path / "stoi.cpp"
+    src.write_text('#include <cstdio>\n#include <stdexcept>\n#include <string>\nint main(int c, char **v) {\n'
+                   '  for (int i = 1; i < c; i++) {\n    try { std::stoi(std::string(v[i])); std::puts("ok"); }\n'
+                   '    catch (const std::invalid_argument &) { std::puts("no integer"); }\n'
+                   '    catch (const std::out_of_range &) { std::puts("out of range"); }\n  }\n}\n')
+    subprocess.run([cxx, "-O0", "-o", str(tmp_path / "stoi"), str(src)], check=True)
+    out = subprocess.run([str(tmp_path / "stoi"), *words], check=True, capture_output=True, text=True).stdout
+    return [None if line == "ok" else line for line in out.splitlines()]
+
+
+def test_stoi_refusal_is_what_std_stoi_throws(tmp_path):
+    assert [lf.stoi_refusal(w) for w in STOI_WORDS] == real_stoi(tmp_path, STOI_WORDS)
+
+
+def test_an_int_flag_with_a_word_stoi_cannot_read_is_refused():
+    # files/llama_cpp/<ref>.json server_int_flags (handlers taking `int value` in common/arg.cpp): llama-server stops
+    # at start with "error while handling argument" where std::stoi throws
+    assert "--threads-http" in NEW_INTS and "--alias" not in NEW_INTS
+    (p,) = lf.extra_args_problems(f"{KEY}.extra_args", ["--threads-http", "four"], NEW, NEW_VALUES, NEW_INTS)
+    assert p.startswith(f"{KEY}.extra_args = 'four'") and "--threads-http takes an integer" in p and "stoi" in p
+    (p,) = lf.extra_args_problems(f"{KEY}.extra_args", ["--cache-reuse", "4294967296"], NEW, NEW_VALUES, NEW_INTS)
+    assert "'4294967296'" in p and "out of range" in p and "-2147483648 to 2147483647" in p
+    # what stoi reads passes: a string flag's value is any word, an int flag's a leading integer (the rest ignored)
+    assert lf.extra_args_problems(f"{KEY}.extra_args", ["--threads-http", "4", "--alias", "four", "--cache-reuse",
+                                                        "-1", "--threads-http", "8x"], NEW, NEW_VALUES, NEW_INTS) == []
+    # and without the tree's int flags nothing is judged by type
+    assert lf.extra_args_problems(f"{KEY}.extra_args", ["--threads-http", "four"], NEW, NEW_VALUES) == []

@@ -144,6 +144,7 @@ def test_pin_data_file_agrees_with_its_archive(version, facts):
     assert data["log_verbosity"] == f.log_verbosity == src.log_verbosity is not None
     assert data["server_flag_values"] == dict(f.server_flag_values) == dict(src.server_flag_values)
     assert frozenset(data["server_flag_values"]) == f.server_flags == src.server_flags  # the flags are its keys
+    assert frozenset(data["server_int_flags"]) == f.server_int_flags == src.server_int_flags
 
 
 @pytest.mark.parametrize("version", list(SHA))
@@ -166,6 +167,25 @@ def test_the_words_each_flag_takes_are_its_handlers_arguments(version, facts):
                 assert values[flag] == want, (flag, handler)
     assert values["-c"] == 1 and values["--jinja"] == 0 and values["--port"] == 1
     assert values["--control-vector-layer-range"] == 2  # START END: the one two-word option of both trees
+
+
+@pytest.mark.parametrize("version", list(SHA))
+def test_the_int_flags_are_those_whose_handler_takes_an_int(version, facts):
+    """server_int_flags against a grep of common/arg.cpp (not the reader): an option whose handler is
+    `[](common_params & params, int NAME)` is a handler_int (common/arg.h), its word read with std::stoi."""
+    need(facts, version)
+    text = files_of(version)[tree.ARG_CPP]
+    src = SOURCES[f"pypi-{version}"]
+    seen = 0
+    for names, second in re.findall(r'add_opt\(common_arg\(\s*\{([^}]*)\},\s*(?:\{[^}]*\},\s*)?(?:"[^"]*",\s*)*'
+                                    r'(?:string_format\([^;]*?\),\s*)?\[\]\(common_params & params(, [^)]*)?\)',
+                                    text):
+        for flag in re.findall(r'"([^"]+)"', names):
+            if flag in src.server_flag_values:
+                seen += 1
+                assert (flag in src.server_int_flags) == second.startswith(", int "), (flag, second)
+    assert seen > 200 and src.server_int_flags <= frozenset(src.server_flag_values)
+    assert {"-c", "-np", "--threads-http"} <= src.server_int_flags and not {"--alias", "--jinja"} & src.server_int_flags
 
 
 def test_registry_keeps_both_pins_and_the_default():

@@ -34,6 +34,8 @@ VERSION = (0, 5, 0)
 QUIET = load_pin(pin_file(PIN))["log_verbosity"]
 #: the words each of its server's flags takes, as its data file has them
 VALUES = load_pin(pin_file(PIN))["server_flag_values"]
+#: its server's flags whose value is read with std::stoi, as its data file has them
+INTS = frozenset(load_pin(pin_file(PIN))["server_int_flags"])
 
 
 @pytest.mark.parametrize("all_quants", [True, False])
@@ -41,13 +43,13 @@ def test_a_pinned_source_gives_its_pin_files_facts_without_reading_anything(all_
     src = dataclasses.replace(SOURCES[PIN], url="/nonexistent/archive.tar.gz")  # not read: the pin data is enough
     archs, form, flags = pin_facts(PIN)
     assert tree_of(src, settings(all_quants)) == Tree(PIN, archs, form, all_quants, server_flags=flags,
-                                                      llama_version=VERSION, log_verbosity=QUIET, server_flag_values=VALUES)
+                                                      llama_version=VERSION, log_verbosity=QUIET, server_flag_values=VALUES, server_int_flags=INTS)
 
 
 def test_a_pinned_source_with_only_its_architectures_known_still_uses_them():
     src = dataclasses.replace(SOURCES[PIN], fa_form=None)
     assert tree_of(src, settings(False)) == Tree(PIN, pin_facts(PIN)[0], None, False, server_flags=pin_facts(PIN)[2],
-                                                 llama_version=VERSION, log_verbosity=QUIET, server_flag_values=VALUES)
+                                                 llama_version=VERSION, log_verbosity=QUIET, server_flag_values=VALUES, server_int_flags=INTS)
 
 
 @pytest.mark.parametrize("all_quants", [True, False])
@@ -58,7 +60,7 @@ def test_an_archive_on_the_control_machine_is_read_for_its_facts(all_quants):
     archs, form, flags = pin_facts(PIN)  # the same archive the pin was made from
     assert tree_of(src, settings(all_quants)) == Tree("mine", archs, form, all_quants, server_flags=flags,
                                                       llama_version=VERSION, log_verbosity=QUIET,
-                                                      server_flag_values=VALUES, flash_attn_style=load_pin(pin_file(PIN))["flash_attn_style"])
+                                                      server_flag_values=VALUES, server_int_flags=INTS, flash_attn_style=load_pin(pin_file(PIN))["flash_attn_style"])
     # after its checksum failed the archive is not read: unknown, said so where it matters
     assert tree_of(src, settings(all_quants), read_archive=False) == Tree("mine", None, None, all_quants)
 
