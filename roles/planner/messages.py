@@ -105,9 +105,12 @@ def llama_decode_ceiling(tps: float, context: int) -> str:
 
 
 def vllm_used(weights: int, compute: int, kv_space: int, budget: int, util: float, gpu_mib: int,
-              max_model_len: int, kv_one: int) -> str:
-    """The per-GPU account the other vLLM lines quote: what weights and overhead leave for one sequence's KV."""
-    return (f"per GPU: weights {_mib(weights)} + activation peak and non-torch memory {_mib(compute)} leave "
+              max_model_len: int, kv_one: int, encoder: int = 0) -> str:
+    """The per-GPU account the other vLLM lines quote: what weights and overhead (`compute`, bytes, of which
+    `encoder` is a vision encoder's stated memory) leave for one sequence's KV."""
+    overhead = (f"activation peak and non-torch memory {_mib(compute - encoder)} + vision encoder {_mib(encoder)} "
+                f"(encoder_memory_gib)" if encoder else f"activation peak and non-torch memory {_mib(compute)}")
+    return (f"per GPU: weights {_mib(weights)} + {overhead} leave "
             f"{_mib(kv_space)} for the KV cache out of {_mib(budget)} ({util:.0%} of {gpu_mib} MiB); one "
             f"{max_model_len}-token sequence needs {_mib(kv_one)}")
 

@@ -194,16 +194,18 @@ class _VllmCase:
     vllm_version: str | None = None
     pipeline_parallel: int = 1
     v1_profile_tokens: int | None = None
+    encoder_bytes: int = 0  # a vision encoder's memory per GPU, held outside the KV cache (the user's figure)
 
     @property
     def gpu_bytes(self) -> int:
         return self.gpu_mib * MiB
 
     def overhead(self, length: int) -> int:
-        """Activation peak + non-torch memory per GPU at this max_model_len."""
+        """Activation peak + non-torch memory (+ a vision encoder's stated memory) per GPU at this max_model_len."""
         tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill, self.v1_profile_tokens)
         return (vllm_activation_bytes(self.model, self.tp, tokens, self.max_num_seqs,
-                                      vllm_samples_in_profile(self.vllm_version)) + self.non_torch)
+                                      vllm_samples_in_profile(self.vllm_version)) + self.non_torch
+                + self.encoder_bytes)
 
     def kv_tokens(self, length: int) -> int:
         """Tokens the KV cache holds at this max_model_len, whole blocks."""
@@ -300,7 +302,7 @@ def _graphs(c: _VllmCase) -> int:
 def _opts(c: _VllmCase) -> dict:
     return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager,
             "vllm_version": c.vllm_version, "pipeline_parallel": c.pipeline_parallel,
-            "v1_profile_tokens": c.v1_profile_tokens}
+            "v1_profile_tokens": c.v1_profile_tokens, "encoder_bytes": c.encoder_bytes}  # per GPU at any TP
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -338,7 +340,7 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
               gpu_memory_utilization: float, kv_cache_dtype: str = "auto", max_num_seqs: int = 256, *,
               enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None,
               vllm_version: str | None = None, pipeline_parallel: int = 1,
-              v1_profile_tokens: int | None = None) -> Plan:
+              v1_profile_tokens: int | None = None, encoder_bytes: int = 0) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
     16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
@@ -359,15 +361,19 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
     holding its stage's layers (pp_partition; the heaviest stage plus one embedding matrix) and their KV cache; a
     stage without a layer is refused. Not calibrated on a pipeline-parallel log (none in the corpus): the terms per
     GPU are those measured without it. v1_profile_tokens: V1's profile tokens for the release (read from its code:
-    2048 for `vllm serve` on GPUs below 70 GiB in 0.10.2 and 0.19.1; None: 8192). Outcome is "fits" or
+    2048 for `vllm serve` on GPUs below 70 GiB in 0.10.2 and 0.19.1; None: 8192). encoder_bytes: a vision-language
+    model's encoder memory per GPU (bytes), which no formula here gives (the caller states it; see
+    roles/vllm/decide.py encoder_problems): counted beside the activation peak, so the KV cache is that much smaller.
+    Outcome is "fits" or
     "does_not_fit". Raises ValueError for non-positive
-    sizes, a utilization outside (0, 1], an unknown kv_cache_dtype or engine.
+    sizes, a negative encoder_bytes, a utilization outside (0, 1], an unknown kv_cache_dtype or engine.
     """
     return _plan_vllm(model, gpu_mib, n_gpus, tensor_parallel, max_model_len, gpu_memory_utilization,
                       kv_cache_dtype, max_num_seqs, True,
                       {"engine": engine, "enable_chunked_prefill": enable_chunked_prefill,
                        "enforce_eager": enforce_eager, "vllm_version": vllm_version,
-                       "pipeline_parallel": pipeline_parallel, "v1_profile_tokens": v1_profile_tokens})
+                       "pipeline_parallel": pipeline_parallel, "v1_profile_tokens": v1_profile_tokens,
+                       "encoder_bytes": encoder_bytes})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,
@@ -376,6 +382,8 @@ def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len
     opts = opts or {}
     _check_vllm_args(gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs, opts.get("engine", "V0"))
     _check_positive(pipeline_parallel=opts.get("pipeline_parallel", 1))
+    if opts.get("encoder_bytes", 0) < 0:
+        raise ValueError(f"encoder_bytes must be at least 0, got {opts['encoder_bytes']}")
     c = _vllm_case(model, gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs, opts)
     compute = c.overhead(max_model_len)
     kv_space = c.budget - c.weights - compute
@@ -384,7 +392,8 @@ def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len
     max_ctx = max(0, _largest(lambda n: c.kv_tokens(n) >= n, 1, model.max_model_len_limit or _UNKNOWN_MAX_POSITION))
     tps = _decode_tps(c.weights + c.kv_tok_gpu * max_model_len, 0)
 
-    used = messages.vllm_used(c.weights, compute, kv_space, c.budget, util, gpu_mib, max_model_len, kv_one)
+    used = messages.vllm_used(c.weights, compute, kv_space, c.budget, util, gpu_mib, max_model_len, kv_one,
+                               c.encoder_bytes)
     # vLLM checks the config (length, heads) before it loads anything: a shape or length problem is refused as that,
     # never as memory.
     structural = _structural_refusals(c)

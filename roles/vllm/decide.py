@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shlex
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from roles import planner
+from roles.planner.units import GiB
 from roles.engines import (compute_capability, given_gpus, gpu_count, gpu_memory_mib, hf_instance_model,
                            network_listener, port_clashes, quant_fixes)
 from roles.secrets import read_api_key
@@ -216,6 +218,42 @@ def multimodal(config: dict) -> bool:
     return isinstance(config.get("vision_config"), dict)
 
 
+def encoder_problems(key: str, inst: VllmInstance, config: dict, rel: VllmRelease) -> list[str]:
+    """A vision-language model without encoder_memory_gib, refused: its encoder's memory for a request's images is
+    a term of the plan no formula here gives and no public log measures on Volta. With the release's
+    --skip-mm-profiling (vision_args, as the v100-vllm-2026 owners run 0.19.1) vLLM does not reserve it either, so
+    its KV cache would take the memory the first image needs; releases that profile the encoder reserve it, but
+    the plan would then promise more KV than vLLM allocates (issue 27). [] for a text model or a stated term."""
+    if not multimodal(config) or inst.encoder_memory_gib is not None:
+        return []
+    arch = ", ".join(str(a) for a in config.get("architectures") or []) or "this architecture"
+    held = ("vLLM does not reserve it either (started with --skip-mm-profiling on Volta), so the KV cache would "
+            "take the memory the first image needs" if "--skip-mm-profiling" in rel.vision_args else
+            "vLLM's profile run reserves it, so the plan would promise more KV cache than vLLM allocates")
+    return [problem(f"{key}.encoder_memory_gib", "unset",
+                    f"a vision-language model (config.json vision_config, {arch}): the memory its vision encoder "
+                    f"needs per GPU for a request's images is not known to the planner (no formula, and no public "
+                    f"log of it on Volta); {held}",
+                    "set encoder_memory_gib to the encoder's measured peak per GPU (README: vision-language "
+                    "models), 0 only when it serves text alone, or serve a text-only model")]
+
+
+def encoder_bytes(inst: VllmInstance) -> int:
+    """encoder_memory_gib in bytes (0 when unset)."""
+    return int((inst.encoder_memory_gib or 0) * GiB)
+
+
+def rendered_utilization(inst: Instance, rel: VllmRelease | None) -> float:
+    """--gpu-memory-utilization as vLLM gets it: the setting, less the stated encoder memory's share of the GPU
+    (floored to 1e-4) where the release skips the encoder's profile (--skip-mm-profiling), so that vLLM leaves it
+    out of its KV cache as the plan does; the setting itself otherwise."""
+    util = inst.settings.gpu_memory_utilization
+    if (rel is None or not inst.multimodal or "--skip-mm-profiling" not in rel.vision_args or inst.memory is None
+            or not encoder_bytes(inst.settings)):
+        return util
+    return math.floor((util - encoder_bytes(inst.settings) / inst.memory.gpu_bytes) * 1e4) / 1e4
+
+
 def trained_dtype(config: dict) -> str | None:
     """The dtype a model was trained and saved in, from config.json: `torch_dtype` (or `dtype`, its newer name in
     transformers), of the text config for multimodal models, else of the top level; None when not given."""
@@ -355,11 +393,12 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
 
 def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
            vllm_version: str | None = None, pipeline_parallel: int = 1,
-           v1_profile_tokens: int | None = None) -> tuple[planner.Plan, list[str]]:
+           v1_profile_tokens: int | None = None, encoder: int = 0) -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
     float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
     run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each);
-    v1_profile_tokens: the release's V1 profile tokens (VllmRelease.profile_tokens; None: the planner's default)."""
+    v1_profile_tokens: the release's V1 profile tokens (VllmRelease.profile_tokens; None: the planner's default);
+    encoder: a vision encoder's memory per GPU (bytes, encoder_memory_gib), kept out of the KV cache."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
@@ -367,7 +406,7 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
     mplan = planner.plan_vllm(hf, gpu_mib, n_visible, inst.tensor_parallel_size, inst.max_model_len,
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
                               engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
-                              v1_profile_tokens=v1_profile_tokens)
+                              v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder)
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])
@@ -436,9 +475,11 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     if config is not None:
         problems += (more := model_problems(key, inst, config, cc, rel) + head_size_problems(key, hf, rel)
                      + (quant_package_problems(key, config, rel, *lock) if lock else []))
+        if not more:
+            problems += (more := encoder_problems(key, inst, config, rel))
         if not more and inst.tensor_parallel_size <= visible:
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
-                                 rel.version, pipeline_parallel, rel.profile_tokens)
+                                 rel.version, pipeline_parallel, rel.profile_tokens, encoder_bytes(inst))
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()
@@ -529,7 +570,7 @@ def server_args(inst: Instance, cluster: RayPlan | None = None, rel: VllmRelease
     s = inst.settings
     args = ["--model", inst.model_path, "--served-model-name", s.served_model_name or inst.name,
             "--host", s.listen, "--port", str(s.port), "--dtype", inst.dtype,
-            "--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}", "--max-model-len", str(s.max_model_len),
+            "--gpu-memory-utilization", f"{rendered_utilization(inst, rel):g}", "--max-model-len", str(s.max_model_len),
             "--max-num-seqs", str(s.max_num_seqs), "--tensor-parallel-size", str(s.tensor_parallel_size),
             "--kv-cache-dtype", s.kv_cache_dtype]
     if s.enforce_eager:

@@ -33,6 +33,11 @@ class VllmInstance(HfModelInstance):
         "auto", description="--kv-cache-dtype; on Volta fp8_e5m2 only with a V0 release, float16 (= auto on Volta) "
                             "from 0.19.1 (roles/vllm/versions.py kv_cache_dtypes)")
     enforce_eager: bool = Field(False, description="--enforce-eager: no CUDA graphs (less VRAM, slower decode)")
+    # no formula or public log gives a vision encoder's memory on Volta: the user measures it (README), the planner
+    # keeps it outside the KV cache (roles/vllm/decide.py encoder_problems)
+    encoder_memory_gib: float | None = Field(
+        None, ge=0, le=256, description="GiB per GPU a vision-language model's encoder needs for a request's images, "
+                                        "kept out of the KV cache; required for such a model (None: refused)")
     gpus: list[Annotated[int, Field(ge=0, le=15)]] | None = Field(
         None, min_length=1, description="CUDA_VISIBLE_DEVICES indices, each once; None: all GPUs")
     api_key_file: str | None = Field(

@@ -120,7 +120,7 @@ def test_plan_0_19_1_renders_its_volta_flags_environment_and_lock(tmp_path):
     vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
     data = {"vllm_version": "0.19.1", "vllm_instances": {"tiny": {"model_source": str(MODEL), "gpus": [0]},
                                                          "vl": {"model_source": str(vision), "port": 8001,
-                                                                "gpus": [1]}}}
+                                                                "gpus": [1], "encoder_memory_gib": 0}}}
     cmds, uploads = plan_uploads(UBUNTU_2404, data, responses=TWO_V100)
     assert any("/opt/vllm/locks/0.19.1-py3.12-" in str(c) for c in cmds)
     envs = {name: dict(line.split("=", 1) for line in uploads[f"/etc/vllm/{name}.env"].splitlines())
@@ -152,7 +152,71 @@ def test_plan_vision_model_on_0_10_2_refused_on_volta_with_the_releases_that_run
     text_only = {"vllm_version": "0.10.2", "vllm_instances": {"tiny": {"model_source": str(MODEL)}}}
     assert any("systemctl start vllm@tiny" in str(c) for c in plan_commands(UBUNTU_2404, text_only, responses=TWO_V100))
     data["vllm_version"] = "0.19.1"
+    data["vllm_instances"]["vl"]["encoder_memory_gib"] = 0
     assert any("systemctl start vllm@vl" in str(c) for c in plan_commands(UBUNTU_2404, data, responses=TWO_V100))
+
+
+def test_plan_vision_model_without_encoder_memory_refused_before_any_command(tmp_path):
+    """A vision-language model's encoder memory is a term the planner has no formula or Volta log for, and 0.19.1 is
+    started with --skip-mm-profiling, so vLLM would not reserve it either: without encoder_memory_gib the instance
+    is refused before any command, naming the setting; the same text model (no vision_config) plans."""
+    from lab.models import write_tiny_hf
+    vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14},
+                                                     "architectures": ["LlavaForConditionalGeneration"]})
+    data = {"vllm_version": "0.19.1", "vllm_instances": {"vl": {"model_source": str(vision)}}}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, data, responses=TWO_V100)
+    text = str(e.value)
+    assert "vllm_instances.vl.encoder_memory_gib" in text and "--skip-mm-profiling" in text
+    assert "LlavaForConditionalGeneration" in text and "nothing was changed" in text
+    text_only = {"vllm_version": "0.19.1", "vllm_instances": {"tiny": {"model_source": str(MODEL)}}}
+    assert any("systemctl start vllm@tiny" in str(c) for c in plan_commands(UBUNTU_2404, text_only, responses=TWO_V100))
+
+
+def test_plan_vision_model_encoder_memory_is_kept_out_of_vllms_kv_cache(tmp_path):
+    """encoder_memory_gib 1.5 on a 32 GB V100 (nvidia-smi's total: 32510 MiB): vLLM 0.19.1 skips the encoder's
+    profile, so it must get a --gpu-memory-utilization whose share of the GPU is 1.5 GiB below the setting's (0.9):
+    vLLM's KV budget is total x utilization (vllm/v1/worker/gpu_worker.py requested_memory), and the 1.5 GiB then
+    stays free for the encoder. The plan's KV space is smaller by the same 1.5 GiB than the text model's."""
+    import shlex
+
+    from lab.models import write_tiny_hf
+    from roles import planner
+    from tests.plan.harness import plan_uploads
+    vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
+    data = {"vllm_version": "0.19.1", "vllm_instances": {"vl": {"model_source": str(vision),
+                                                                "encoder_memory_gib": 1.5}}}
+    _, uploads = plan_uploads(UBUNTU_2404, data, responses=TWO_V100)
+    args = shlex.split(dict(line.split("=", 1) for line in uploads["/etc/vllm/vl.env"].splitlines())["VLLM_ARGS"])
+    util = float(args[args.index("--gpu-memory-utilization") + 1])
+    total = 32510 * 2**20
+    assert 0 <= (0.9 * total - 1.5 * 2**30) - util * total < 1e-4 * total  # at most the share, never above it
+    hf = planner.read_hf(vision)
+    text, vl = (planner.plan_vllm(hf, 32510, 2, 1, 8192, 0.9, engine="V1", vllm_version="0.19.1",
+                                  v1_profile_tokens=2048, encoder_bytes=e) for e in (0, int(1.5 * 2**30)))
+    assert vl.compute_buffer_bytes - text.compute_buffer_bytes == int(1.5 * 2**30)
+    assert "vision encoder 1,536 MiB (encoder_memory_gib)" in vl.reasons[0], vl.reasons[0]
+    with pytest.raises(ValueError, match="encoder_bytes"):
+        planner.plan_vllm(hf, 32510, 2, 1, 8192, 0.9, encoder_bytes=-1)
+
+
+def test_plan_vision_model_on_a_release_that_profiles_its_encoder(tmp_path):
+    """0.8.5.post1 (V0) profiles the encoder itself (no --skip-mm-profiling): without encoder_memory_gib the plan
+    would promise more KV than vLLM allocates, so it is refused as well; with it, vLLM gets the setting's own
+    --gpu-memory-utilization (it reserves its own measurement) and no --skip-mm-profiling."""
+    import shlex
+
+    from lab.models import write_tiny_hf
+    from tests.plan.harness import plan_uploads
+    vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
+    data = {"vllm_version": "0.8.5.post1", "vllm_instances": {"vl": {"model_source": str(vision)}}}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, data, responses=TWO_V100)
+    assert "encoder_memory_gib" in str(e.value) and "profile run reserves it" in str(e.value)
+    data["vllm_instances"]["vl"]["encoder_memory_gib"] = 1.5
+    _, uploads = plan_uploads(UBUNTU_2404, data, responses=TWO_V100)
+    args = shlex.split(dict(line.split("=", 1) for line in uploads["/etc/vllm/vl.env"].splitlines())["VLLM_ARGS"])
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.9" and "--skip-mm-profiling" not in args
 
 
 #: A bitsandbytes 4-bit build's quantization_config as such repositories ship it (the keys transformers'
