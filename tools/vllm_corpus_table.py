@@ -35,12 +35,14 @@ def model_of(case: dict) -> HfModel:
 
 
 def plan_of(case: dict, **override) -> Plan:
-    """The planner's plan for the case as vLLM was started (override: e.g. enforce_eager=True)."""
+    """The planner's plan for the case as vLLM was started (override: e.g. enforce_eager=True); a vision-language
+    case's encoder_memory_gib is the planner's encoder term."""
     case = {**case, **override}
     return plan_vllm(model_of(case), case["gpu_mib"], case["n_gpus"], case["tp"], case["max_model_len"],
                      case["gpu_memory_utilization"], "auto", case["max_num_seqs"],
                      enforce_eager=case["enforce_eager"], engine=case["engine"],
-                     enable_chunked_prefill=case["chunked_prefill"], vllm_version=case["vllm_version"])
+                     enable_chunked_prefill=case["chunked_prefill"], vllm_version=case["vllm_version"],
+                     encoder_bytes=int(case.get("encoder_memory_gib", 0) * GiB))
 
 
 def predicted_tokens(plan: Plan) -> int:

@@ -57,6 +57,19 @@ def test_corpus_covers_what_issue_12_asks():
     assert not any("kv_bound_checked" in c for c in CORPUS)
 
 
+def test_corpus_has_a_vision_language_model_that_started():
+    """Issue 27: a vision-language model's public start-up (vllm#16570, Qwen2.5-VL-72B, TP 4, vLLM 0.8.4) is a
+    case; the planner, given its encoder term, fits it and plans no more KV than vLLM logged (the parametrized test),
+    and a larger encoder term leaves less KV (the term reaches the corpus plan)."""
+    vl = [c for c in CORPUS if "encoder_memory_gib" in c]
+    assert vl and all("VLForConditionalGeneration" in c["model"]["name"] for c in vl)
+    case = vl[0]
+    assert case["started"] and case["logged"]["kv_tokens"] == 25408
+    assert plan_of(case).fits
+    with_encoder = predicted_tokens(plan_of(case, encoder_memory_gib=0.5))
+    assert with_encoder < predicted_tokens(plan_of(case))
+
+
 def test_sampler_counts_from_vllm_0_7():
     """vLLM's profile run samples from 0.7 (vllm#13882's 1.42 GiB at 4096 tokens), not in 0.6.4 (vllm#10517's
     0.06 GiB); an unknown release counts the sampler (less KV predicted)."""
