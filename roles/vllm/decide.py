@@ -224,7 +224,14 @@ def encoder_problems(key: str, inst: VllmInstance, config: dict, rel: VllmReleas
     --skip-mm-profiling (vision_args, as the v100-vllm-2026 owners run 0.19.1) vLLM does not reserve it either, so
     its KV cache would take the memory the first image needs; releases that profile the encoder reserve it, but
     the plan would then promise more KV than vLLM allocates (issue 27). [] for a text model or a stated term."""
-    if not multimodal(config) or inst.encoder_memory_gib is not None:
+    if not multimodal(config):
+        if inst.encoder_memory_gib:  # counted by the plan, never by vLLM: the plan would promise less KV than it is
+            return [problem(f"{key}.encoder_memory_gib", inst.encoder_memory_gib,
+                            "a text-only model (config.json has no vision_config): it has no vision encoder, and the "
+                            "planner would keep this memory out of the KV cache that vLLM allocates",
+                            "remove encoder_memory_gib (or set 0) for this model")]
+        return []
+    if inst.encoder_memory_gib is not None:
         return []
     arch = ", ".join(str(a) for a in config.get("architectures") or []) or "this architecture"
     held = ("vLLM does not reserve it either (started with --skip-mm-profiling on Volta), so the KV cache would "
@@ -440,7 +447,10 @@ def refusals(key: str, inst: VllmInstance, reasons: list[str]) -> list[str]:
             problems.append(problem(f"{key}.max_model_len", inst.max_model_len, f"does not fit: {r}"
                                     + (f"; {hints}" if hints else ""),
                                     "lower max_model_len, raise gpu_memory_utilization or tensor_parallel_size, or "
-                                    "use a GPTQ build (the reasons say which of these fit)"))
+                                    "use a GPTQ build (the reasons say which of these fit)"
+                                    + (f"; the vision encoder's {inst.encoder_memory_gib:g} GiB (encoder_memory_gib) "
+                                       "is part of it: smaller images (--mm-processor-kwargs max_pixels) need less"
+                                       if inst.encoder_memory_gib else "")))
     return problems
 
 

@@ -40,6 +40,9 @@ def _summary(host, p: VllmPlan, plan) -> tuple[dict, dict]:
     """`v100kit plan`: the release, host Python and venv; per instance its dtype, memory plan, warnings and the
     cluster head that serves it."""
     rows = {f"{UNIT}@{inst.name}": {"model": inst.model_path, "dtype": inst.dtype, "plan": plan_row(inst.memory),
+                                    "encoder_mib": round(decide.encoder_bytes(inst.settings) / (1 << 20)),
+                                    "gpu_memory_utilization": inst.settings.gpu_memory_utilization,
+                                    "rendered_gpu_memory_utilization": decide.rendered_utilization(inst, p.release),
                                     "warnings": list(inst.warnings), "served_by": plan.ray.head if plan.ray else None}
             for inst in p.instances}
     return {"vllm": {"version": p.release.version, "engine": p.release.engine, "python": p.python,
@@ -61,12 +64,20 @@ def _table(r: dict) -> list[str]:
 
 
 def _memory_line(inst: str, d: dict, p: dict) -> str:
-    """vLLM budgets VRAM x gpu_memory_utilization; the CUDA context is outside."""
+    """vLLM budgets VRAM x gpu_memory_utilization; the CUDA context is outside. A vision encoder's term
+    (encoder_memory_gib) is named with the activations it is counted beside."""
+    enc = d.get("encoder_mib") or 0
+    act = (f"activations and non-torch {p['compute_buffer_mib'] - enc} + vision encoder {enc}" if enc else
+           f"activations and non-torch {p['compute_buffer_mib']}")
+    util, setting = d.get("rendered_gpu_memory_utilization"), d.get("gpu_memory_utilization")
     return (f"   {inst}: {p['outcome'].upper()} on {p['gpus']} GPU(s), --dtype {d['dtype']}: weights "
-            f"{p['weights_mib']} + KV for one sequence {p['kv_cache_mib']} + activations and "
-            f"non-torch {p['compute_buffer_mib']} = {p['total_mib']} of {p['budget_mib']} MiB per "
+            f"{p['weights_mib']} + KV for one sequence {p['kv_cache_mib']} + {act} = {p['total_mib']} of "
+            f"{p['budget_mib']} MiB per "
             f"GPU (CUDA context ~{p['cuda_context_mib']} outside); max model len "
-            f"{p['max_context_tokens']} tokens; decode <= {p['decode_ceiling_tps']} tok/s")
+            f"{p['max_context_tokens']} tokens; decode <= {p['decode_ceiling_tps']} tok/s"
+            + (f"; vLLM gets --gpu-memory-utilization {util}, not {setting}: the encoder's share is left free "
+               "(--skip-mm-profiling)" if enc and util is not None and setting is not None and util < setting
+               else ""))
 
 
 def _request_logging(p: VllmPlan) -> tuple[str, str] | None:

@@ -112,6 +112,8 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
     them), or one the release's parser does not have (`known`; None: not checked)."""
     volta = {flag_of(w) for w in volta_flags if w.startswith("--")}
     volta |= {a for f in volta for a in VOLTA_FLAG_ALIASES.get(f, ())}
+    # a boolean flag's negation (argparse BooleanOptionalAction: --no-skip-mm-profiling) undoes it as surely
+    volta |= {f"--no-{f[2:]}" for f in volta if f.startswith("--") and (known is None or f"--no-{f[2:]}" in known)}
     refused = {f: (f"set by the toolkit for Volta ({' '.join(volta_flags)}: roles/vllm/versions.py, with sources)",
                    "remove it; the toolkit's Volta flags of this release cannot be replaced")
                for f in volta}

@@ -219,6 +219,48 @@ def test_plan_vision_model_on_a_release_that_profiles_its_encoder(tmp_path):
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.9" and "--skip-mm-profiling" not in args
 
 
+def test_plan_encoder_memory_misuse_refused_before_any_command(tmp_path):
+    """Found by a new user's review: encoder_memory_gib on a text-only model (the plan counted it, vLLM never would)
+    is refused naming the setting; an encoder figure too large to fit names encoder_memory_gib in the fix (lowering
+    max_model_len cannot help); and --no-skip-mm-profiling in extra_args (argparse keeps the last of the pair, so
+    vLLM would profile the encoder inside the share already lowered for it) is refused like --skip-mm-profiling."""
+    from lab.models import write_tiny_hf
+    text_only = {"vllm_version": "0.19.1", "vllm_instances": {"tiny": {"model_source": str(MODEL),
+                                                                       "encoder_memory_gib": 1.5}}}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, text_only, responses=TWO_V100)
+    assert "vllm_instances.tiny.encoder_memory_gib = 1.5" in str(e.value) and "no vision_config" in str(e.value)
+    text_only["vllm_instances"]["tiny"]["encoder_memory_gib"] = 0
+    assert any("systemctl start vllm@tiny" in str(c) for c in plan_commands(UBUNTU_2404, text_only, responses=TWO_V100))
+    vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
+    big = {"vllm_version": "0.19.1", "vllm_instances": {"vl": {"model_source": str(vision), "max_model_len": 512,
+                                                               "encoder_memory_gib": 40}}}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, big, responses=TWO_V100)
+    assert "the vision encoder's 40 GiB (encoder_memory_gib)" in str(e.value), str(e.value)
+    undo = {"vllm_version": "0.19.1", "vllm_instances": {"vl": {"model_source": str(vision), "encoder_memory_gib": 1,
+                                                                "extra_args": ["--no-skip-mm-profiling"]}}}
+    with pytest.raises(SettingsError) as e:
+        plan_commands(UBUNTU_2404, undo, responses=TWO_V100)
+    assert "--no-skip-mm-profiling" in str(e.value) and "cannot be replaced" in str(e.value)
+
+
+def test_plan_text_names_the_encoder_and_the_utilization_vllm_gets():
+    """`v100kit plan`'s memory line splits the vision encoder from the activations it is counted beside and says
+    the lowered --gpu-memory-utilization vLLM gets; a text model's line is unchanged."""
+    from roles.vllm.engine import _memory_line
+    p = {"outcome": "fits", "gpus": 1, "weights_mib": 100, "kv_cache_mib": 8.0, "compute_buffer_mib": 2202,
+         "total_mib": 2310, "budget_mib": 29259, "cuda_context_mib": 400, "max_context_tokens": 8192,
+         "decode_ceiling_tps": 900.0}
+    vl = _memory_line("vllm@vl", {"dtype": "float16", "encoder_mib": 1536, "gpu_memory_utilization": 0.9,
+                                  "rendered_gpu_memory_utilization": 0.8527}, p)
+    assert "activations and non-torch 666 + vision encoder 1536 = 2310" in vl, vl
+    assert "--gpu-memory-utilization 0.8527, not 0.9" in vl, vl
+    text = _memory_line("vllm@t", {"dtype": "float16", "encoder_mib": 0, "gpu_memory_utilization": 0.9,
+                                   "rendered_gpu_memory_utilization": 0.9}, p)
+    assert "activations and non-torch 2202 = 2310" in text and "vision encoder" not in text, text
+
+
 #: A bitsandbytes 4-bit build's quantization_config as such repositories ship it (the keys transformers'
 #: BitsAndBytesConfig.to_dict writes; e.g. unsloth/llama-3-8b-bnb-4bit's config.json).
 BNB_4BIT = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
