@@ -29,6 +29,16 @@ def commands(instance: dict, responses: dict) -> list[str]:
     return [str(c) for c in plan_commands(UBUNTU_2404, data, responses=responses)]
 
 
+def vllm_args(data: dict, name: str) -> list[str]:
+    """The VLLM_ARGS words the deploy writes into /etc/vllm/NAME.env for `data` on two V100s."""
+    import shlex
+
+    from tests.plan.harness import plan_uploads
+    _, uploads = plan_uploads(UBUNTU_2404, data, responses=TWO_V100)
+    env = dict(line.split("=", 1) for line in uploads[f"/etc/vllm/{name}.env"].splitlines())
+    return shlex.split(env["VLLM_ARGS"])
+
+
 def index(cmds: list[str], needle: str) -> int:
     return next(i for i, c in enumerate(cmds) if needle in c)
 
@@ -178,16 +188,12 @@ def test_plan_vision_model_encoder_memory_is_kept_out_of_vllms_kv_cache(tmp_path
     profile, so it must get a --gpu-memory-utilization whose share of the GPU is 1.5 GiB below the setting's (0.9):
     vLLM's KV budget is total x utilization (vllm/v1/worker/gpu_worker.py requested_memory), and the 1.5 GiB then
     stays free for the encoder. The plan's KV space is smaller by the same 1.5 GiB than the text model's."""
-    import shlex
-
     from lab.models import write_tiny_hf
     from roles import planner
-    from tests.plan.harness import plan_uploads
     vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
     data = {"vllm_version": "0.19.1", "vllm_instances": {"vl": {"model_source": str(vision),
                                                                 "encoder_memory_gib": 1.5}}}
-    _, uploads = plan_uploads(UBUNTU_2404, data, responses=TWO_V100)
-    args = shlex.split(dict(line.split("=", 1) for line in uploads["/etc/vllm/vl.env"].splitlines())["VLLM_ARGS"])
+    args = vllm_args(data, "vl")
     util = float(args[args.index("--gpu-memory-utilization") + 1])
     total = 32510 * 2**20
     assert 0 <= (0.9 * total - 1.5 * 2**30) - util * total < 1e-4 * total  # at most the share, never above it
@@ -204,18 +210,14 @@ def test_plan_vision_model_on_a_release_that_profiles_its_encoder(tmp_path):
     """0.8.5.post1 (V0) profiles the encoder itself (no --skip-mm-profiling): without encoder_memory_gib the plan
     would promise more KV than vLLM allocates, so it is refused as well; with it, vLLM gets the setting's own
     --gpu-memory-utilization (it reserves its own measurement) and no --skip-mm-profiling."""
-    import shlex
-
     from lab.models import write_tiny_hf
-    from tests.plan.harness import plan_uploads
     vision = write_tiny_hf(tmp_path / "vl", config={"vision_config": {"hidden_size": 32, "patch_size": 14}})
     data = {"vllm_version": "0.8.5.post1", "vllm_instances": {"vl": {"model_source": str(vision)}}}
     with pytest.raises(SettingsError) as e:
         plan_commands(UBUNTU_2404, data, responses=TWO_V100)
     assert "encoder_memory_gib" in str(e.value) and "profile run reserves it" in str(e.value)
     data["vllm_instances"]["vl"]["encoder_memory_gib"] = 1.5
-    _, uploads = plan_uploads(UBUNTU_2404, data, responses=TWO_V100)
-    args = shlex.split(dict(line.split("=", 1) for line in uploads["/etc/vllm/vl.env"].splitlines())["VLLM_ARGS"])
+    args = vllm_args(data, "vl")
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.9" and "--skip-mm-profiling" not in args
 
 
