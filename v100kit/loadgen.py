@@ -93,7 +93,7 @@ def stream_completion(url: str, key: str | None, body: dict, timeout_s: float, t
         chunks, text = 0, []
         while True:
             if time.monotonic() - sent > timeout_s:
-                s.error = f"cut at the {timeout_s:.0f} s request bound"
+                s.error = f"cut at the {timeout_s:g} s request bound"
                 conn.close()
                 return s
             line = r.readline()

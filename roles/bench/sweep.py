@@ -175,29 +175,35 @@ def _normal(args: list[str]) -> tuple:
 def figures_of(levels) -> list[dict]:
     """The figures a sweep compares, from one run's Levels (figures.Level), per depth: decode tokens/s of one
     stream (concurrency 1), aggregate decode and end-to-end tokens/s at each concurrency above 1, TTFT p50 at each
-    concurrency. [{"figure", "depth", "concurrency", "value"}] in (depth, figure, concurrency) order."""
+    concurrency. [{"figure", "depth", "concurrency", "value"}] in (depth, figure, concurrency) order; a figure whose
+    value is None also has "why": how many of the level's requests failed and the first error (a sweep's request
+    is cut at its --request-timeout-s, 60 s by default: queued 16k-token prompts at 16 clients outlast it)."""
+    def fig(name: str, lv, value) -> dict:
+        out = {"figure": name, "depth": lv.depth, "concurrency": lv.concurrency, "value": value}
+        if value is None:
+            out["why"] = (f"{lv.failed} of {lv.requests} requests failed" + (f": {lv.errors[0]}" if lv.errors else "")
+                          if lv.failed else f"none of {lv.requests} requests measured it")
+        return out
+
     out = []
     for d in dict.fromkeys(lv.depth for lv in levels):
         at = [lv for lv in levels if lv.depth == d]
-        out += [{"figure": "decode_tps", "depth": d, "concurrency": 1, "value": lv.decode_tps_per_stream}
-                for lv in at if lv.concurrency == 1]
-        out += [{"figure": "aggregate_decode_tps", "depth": d, "concurrency": lv.concurrency,
-                 "value": lv.aggregate_decode_tps} for lv in at if lv.concurrency > 1]
-        out += [{"figure": "aggregate_e2e_tps", "depth": d, "concurrency": lv.concurrency,
-                 "value": lv.aggregate_e2e_tps} for lv in at if lv.concurrency > 1]
-        out += [{"figure": "ttft_p50_ms", "depth": d, "concurrency": lv.concurrency, "value": lv.ttft_p50_ms}
-                for lv in at]
+        out += [fig("decode_tps", lv, lv.decode_tps_per_stream) for lv in at if lv.concurrency == 1]
+        out += [fig("aggregate_decode_tps", lv, lv.aggregate_decode_tps) for lv in at if lv.concurrency > 1]
+        out += [fig("aggregate_e2e_tps", lv, lv.aggregate_e2e_tps) for lv in at if lv.concurrency > 1]
+        out += [fig("ttft_p50_ms", lv, lv.ttft_p50_ms) for lv in at]
     return out
 
 
 def figures_line(entry: dict) -> str:
     """One line of a run's figures ({"figures": figures_of(...) or None, "error": str}) for the sweep's progress:
-    "d=0 decode tok/s c=1 240.1; d=0 TTFT p50 ms c=8 1006.0; ..." (tokens/s, milliseconds; "-" where a level
-    measured none), or "failed: <error>"."""
+    "d=0 decode tok/s c=1 240.1; d=0 TTFT p50 ms c=8 1006.0; ..." (tokens/s, milliseconds; "- (why)" where a level
+    measured none, why as figures_of gives it), or "failed: <error>"."""
     if entry.get("error"):
         return f"failed: {entry['error']}"
     return "; ".join(f"d={f['depth']} {FIGURE_NAMES[f['figure']]} c={f['concurrency']} "
-                     + ("-" if f["value"] is None else f"{f['value']:.1f}")
+                     + (f"- ({f['why']})" if f["value"] is None and f.get("why") else
+                        "-" if f["value"] is None else f"{f['value']:.1f}")
                      for f in entry.get("figures") or []) or "no figures"
 
 

@@ -348,6 +348,24 @@ def test_the_figures_of_a_run_are_per_depth_and_concurrency():
         ("ttft_p50_ms", 16384, 1, 900), ("ttft_p50_ms", 16384, 8, 2000)]
 
 
+def test_a_figure_no_request_measured_says_why_in_the_sweep_line():
+    """The 2026-12-07 H100 sweep printed "d=16384 agg decode tok/s c=16 -" with no cause (16 clients of 16k-token
+    prompts on 8 slots; the bench's own level there, bounded at 120 s, had TTFT p50 61.6 s, over the sweep's 60 s
+    request bound). Requests really cut by
+    stream_completion against a server slower than the bound: the line says how many failed and the error."""
+    slow = FakeServer(tokens=20, delay=0.1)
+    try:
+        samples = [loadgen.stream_completion(slow.url, None, {"prompt": "x"}, 0.35, time.monotonic())
+                   for _ in range(2)]
+    finally:
+        slow.close()
+    figs = sweep.figures_of([level(16, samples, depth=16384), _lv(0, 8, 90, 60, 400, 350)])
+    line = sweep.figures_line({"figures": figs, "error": ""})
+    assert "d=16384 agg decode tok/s c=16 - (2 of 2 requests failed: cut at the 0.35 s request bound)" in line, line
+    assert "d=16384 TTFT p50 ms c=16 - (2 of 2 requests failed" in line and "d=0 agg decode tok/s c=8 400.0" in line
+    assert all("why" not in f for f in figs if f["depth"] == 0)
+
+
 def test_the_end_to_end_aggregate_is_compared_apart_from_the_decode_aggregate():
     """The H200 sweep's c=8 figures (tests/data/bench_sweep_h200_1b_d16384.json, `v100kit bench --json --sweep` there;
     tools/gpu/README.md): -np 1's aggregate decode is one stream's speed (its queueing is outside every decode span),
