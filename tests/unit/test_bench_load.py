@@ -350,8 +350,8 @@ def test_the_figures_of_a_run_are_per_depth_and_concurrency():
 
 def test_a_figure_no_request_measured_says_why_in_the_sweep_line():
     """The 2026-12-07 H100 sweep printed "d=16384 agg decode tok/s c=16 -" with no cause (16 clients of 16k-token
-    prompts on 8 slots; the bench's own level there, bounded at 120 s, had TTFT p50 61.6 s, over the sweep's 60 s
-    request bound). Requests really cut by
+    prompts on 8 slots; the bench's own level there, bounded at 120 s, had TTFT p50 61.6 s, likely over the sweep's
+    60 s request bound). Requests really cut by
     stream_completion against a server slower than the bound: the line says how many failed and the error."""
     slow = FakeServer(tokens=20, delay=0.1)
     try:
