@@ -181,7 +181,7 @@ def _engine_settings() -> tuple[type[BaseModel], ...]:
 class Settings(*reversed(_engine_settings()), _HostSettings):
     """All settings. Units are in the names (_gib = GiB, _s = seconds). None means "chosen per OS" as described."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     # -- ray (vLLM across several boxes) ------------------------------------------------------------------
     ray_cluster: str | None = Field(

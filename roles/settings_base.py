@@ -56,7 +56,7 @@ class InstanceOnGpus(BaseModel):
     instance model): no unknown key, frozen, allow_gpu_in_use, and the checks of the `listen` and `gpus` every
     instance model declares (each with its own description, in its own place of the README table)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # YAML .nan/.inf are floats
 
     allow_gpu_in_use: bool = Field(
         False, description="plan on the GPUs' whole memory although processes outside v100kit use some of it now "

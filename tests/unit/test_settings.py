@@ -104,3 +104,46 @@ def test_vllm_version_description_names_every_installable_release():
         assert re.search(rf"{re.escape(r.version)}: {r.engine}\b", description), (r.version, description)
     row = next(line for line in README.read_text().splitlines() if line.startswith("| `vllm_version` |"))
     assert description in row, "README table: python -m roles.settings --write-readme"
+
+
+def _float_fields(model) -> list[str]:
+    """The fields of a pydantic model whose type takes a float (float, float | None)."""
+    import typing
+    return [n for n, f in model.model_fields.items()
+            if f.annotation is float or float in typing.get_args(f.annotation)]
+
+
+_INSTANCE_BASE = {"llama_cpp_instances": {"model_source": "/m.gguf", "model_sha256": "a" * 64},
+                  "vllm_instances": {"model_source": "org/model"},
+                  "lmdeploy_instances": {"model_source": "org/model"}}
+
+
+def _float_settings() -> list[tuple[str, str | None]]:
+    from roles.llama_cpp.settings import LlamaCppInstance
+    from roles.lmdeploy.settings import LmdeployInstance
+    from roles.vllm.settings import VllmInstance
+    out = [(n, None) for n in _float_fields(Settings)]
+    for key, model in (("llama_cpp_instances", LlamaCppInstance), ("vllm_instances", VllmInstance),
+                       ("lmdeploy_instances", LmdeployInstance)):
+        out += [(n, key) for n in _float_fields(model)]
+    return out
+
+
+@pytest.mark.parametrize("spelled", [".nan", ".inf", "-.inf"])
+@pytest.mark.parametrize("name,instances", _float_settings())
+def test_a_float_setting_that_yaml_reads_as_nan_or_infinity_is_refused_by_name(name, instances, spelled):
+    """YAML 1.1 (PyYAML, group_data/*.yml) reads .nan and .inf as floats; a bound like `le=4096` compares False with
+    NaN and blamed the bound, and a setting bounded only below (rope_scale: gt=0) took .inf and rendered
+    `--rope-scale inf`. Each float setting of the model (read from its fields) is refused as not finite."""
+    import yaml
+    value = yaml.safe_load(f"v: {spelled}")["v"]
+    if instances is None:
+        data = {name: value}
+        where = name
+    else:
+        data = {instances: {"m": {**_INSTANCE_BASE[instances], name: value}}}
+        where = f"{instances}.m.{name}"
+    with pytest.raises(SettingsError) as e:
+        load_settings("box", data)
+    said = [line for line in str(e.value).splitlines() if line.strip().startswith(f"- {where} =")]
+    assert said and "finite number" in said[0], str(e.value)
