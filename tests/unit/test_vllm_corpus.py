@@ -74,8 +74,8 @@ def test_corpus_covers_what_issue_12_asks():
 
 def test_v1_profile_case_from_a_public_log():
     """Issue 27's V1 profile case: vLLM 0.17.1 `vllm serve` of Llama-3.1-8B-Instruct on an RTX 3090 at
-    max_model_len 8192 (TheBuccaneer/vllm-offload-profiles' logs) profiles 2048 tokens (the release's
-    get_batch_defaults below 70 GiB, as 0.10.2 and 0.19.1 read in roles/vllm/versions.py) and started with 17,424 KV
+    max_model_len 8192 (TheBuccaneer/vllm-offload-profiles' logs) profiles 2048 tokens (read from the 0.17.1 wheel's
+    get_batch_defaults below 70 GiB by roles/vllm/release_source.py: the case's source) and started with 17,424 KV
     tokens at 0.75. Planned with the 8192 tokens the planner assumed before, the start is refused; with 2048 it
     fits, and plans no more KV than vLLM logged."""
     case = next(c for c in CORPUS if c["id"] == "offload-profiles-3090-llama8b-v1-0.75")
