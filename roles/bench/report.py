@@ -123,10 +123,14 @@ def _rows(i: InstanceBench) -> list[list[str]]:
 
 def sweep_lines(i: InstanceBench) -> list[str]:
     """The sweep's comparison, one line per figure and depth: the default's value, the best alternative's value and
-    label, default/best (latency: best/default)."""
+    label, default/best (latency: best/default); then each figure the default did not measure (no ratio), with
+    why (sweep.figures_of)."""
+    default = next((s for s in i.sweep or [] if s.get("label") == "default"), {})
     return [f"d={r['depth']} {FIGURE_NAMES[r['figure']]} c={r['concurrency']}: default {_f(r['default'])}, best "
             f"{_f(r['best'])} ({r['best_label']}), {'default/best' if r['higher_is_better'] else 'best/default'} "
-            f"{r['ratio']:.2f}" for r in i.sweep_ratios or []]
+            f"{r['ratio']:.2f}" for r in i.sweep_ratios or []] + [
+        f"d={f['depth']} {FIGURE_NAMES[f['figure']]} c={f['concurrency']}: default - ({f['why']}), no ratio"
+        for f in default.get("figures") or [] if f.get("value") is None and f.get("why")]
 
 
 def table(results: dict[str, list[InstanceBench] | str], concurrency: tuple[int, ...] = ()) -> str:
@@ -239,9 +243,11 @@ def _sweep_markdown(i: InstanceBench) -> list[str]:
         out += ["", "| figure | depth | c | " + " | ".join(s["label"] for s in i.sweep) + " |",
                 "| --- | ---: | ---: | " + " | ".join("---:" for _ in i.sweep) + " |"]
         for k in keys:
-            vals = [next((f["value"] for f in s.get("figures") or [] if (f["figure"], f["depth"], f["concurrency"])
-                          == k), None) for s in i.sweep]
-            out.append(f"| {FIGURE_NAMES[k[0]]} | {k[1]} | {k[2]} | " + " | ".join(_f(v) for v in vals) + " |")
+            figs = [next((f for f in s.get("figures") or [] if (f["figure"], f["depth"], f["concurrency"]) == k),
+                         {}) for s in i.sweep]
+            out.append(f"| {FIGURE_NAMES[k[0]]} | {k[1]} | {k[2]} | " + " | ".join(
+                f"- ({f['why']})" if f.get("value") is None and f.get("why") else _f(f.get("value")) for f in figs)
+                + " |")
     if i.sweep_ratios:
         out += ["", "| figure | depth | c | default | best | best flag set | ratio |",
                 "| --- | ---: | ---: | ---: | ---: | --- | ---: |"]

@@ -176,13 +176,19 @@ def figures_of(levels) -> list[dict]:
     """The figures a sweep compares, from one run's Levels (figures.Level), per depth: decode tokens/s of one
     stream (concurrency 1), aggregate decode and end-to-end tokens/s at each concurrency above 1, TTFT p50 at each
     concurrency. [{"figure", "depth", "concurrency", "value"}] in (depth, figure, concurrency) order; a figure whose
-    value is None also has "why": how many of the level's requests failed and the first error (a sweep's request
-    is cut at its --request-timeout-s, 60 s by default: queued 16k-token prompts at 16 clients outlast it)."""
+    value is None also has "why": "all M requests failed: <errors>" when none succeeded, else "none of the K
+    requests that succeeded measured it" (e.g. one-token completions) with the failures beside it (a sweep's
+    request is cut at its --request-timeout-s, 60 s by default: queued 16k-token prompts at 16 clients outlast it).
+    <errors>: the level's distinct errors (figures.Level.errors, at most three), all of them, so none is named as
+    the cause of the others."""
     def fig(name: str, lv, value) -> dict:
         out = {"figure": name, "depth": lv.depth, "concurrency": lv.concurrency, "value": value}
         if value is None:
-            out["why"] = (f"{lv.failed} of {lv.requests} requests failed" + (f": {lv.errors[0]}" if lv.errors else "")
-                          if lv.failed else f"none of {lv.requests} requests measured it")
+            errors = f": {'; '.join(lv.errors)}" if lv.errors else ""
+            good = lv.requests - lv.failed
+            out["why"] = (f"all {lv.requests} requests failed{errors}" if lv.requests and not good else
+                          f"none of the {good} requests that succeeded measured it"
+                          + (f"; {lv.failed} failed{errors}" if lv.failed else ""))
         return out
 
     out = []

@@ -6,6 +6,7 @@ per-depth comparison and its bound. No lab, no GPU."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 from roles.bench import sweep, vram
 from roles.bench.figures import (Level, Load, Sample, aggregate_decode_tps, aggregate_e2e_tps, level,
                                  load_problems, prompt, union_s)
-from roles.bench.report import InstanceBench, as_json, markdown, table
+from roles.bench.report import InstanceBench, as_json, markdown, sweep_lines, table
 from v100kit import bench, loadgen
 
 # the fake streaming server of test_bench (imports v100kit.bench first there, as the command does)
@@ -361,9 +362,32 @@ def test_a_figure_no_request_measured_says_why_in_the_sweep_line():
         slow.close()
     figs = sweep.figures_of([level(16, samples, depth=16384), _lv(0, 8, 90, 60, 400, 350)])
     line = sweep.figures_line({"figures": figs, "error": ""})
-    assert "d=16384 agg decode tok/s c=16 - (2 of 2 requests failed: cut at the 0.35 s request bound)" in line, line
-    assert "d=16384 TTFT p50 ms c=16 - (2 of 2 requests failed" in line and "d=0 agg decode tok/s c=8 400.0" in line
+    assert "d=16384 agg decode tok/s c=16 - (all 2 requests failed: cut at the 0.35 s request bound)" in line, line
+    assert "d=16384 TTFT p50 ms c=16 - (all 2 requests failed" in line and "d=0 agg decode tok/s c=8 400.0" in line
     assert all("why" not in f for f in figs if f["depth"] == 0)
+    # the markdown report's per-flag-set table keeps the reason too
+    inst = InstanceBench("h", "llama-server@m", "llama.cpp", running=True,
+                         sweep=[{"label": "default", "flags": "-np 8", "figures": figs, "error": ""}])
+    md = markdown("h", [inst], Load(), "h.png")
+    assert "| agg decode tok/s | 16384 | 16 | - (all 2 requests failed: cut at the 0.35 s request bound) |" in md, md
+    # and the terminal table's comparison, where the default has no ratio for it
+    inst = dataclasses.replace(inst, sweep_ratios=sweep.ratios(inst.sweep))
+    assert ("d=16384 agg decode tok/s c=16: default - (all 2 requests failed: cut at the 0.35 s request bound), "
+            "no ratio") in sweep_lines(inst), sweep_lines(inst)
+
+
+def test_a_figure_the_good_requests_did_not_measure_is_not_blamed_on_one_failure():
+    """A review's case: 7 of 8 requests streamed one token each (no decode span) and one got an HTTP 500. The
+    decode figure is None because no request decoded, not because of the one failure; and two kinds of failure are
+    both named, neither as the cause of the other."""
+    one_token = [Sample(ok=True, ttft_s=0.1, token_times_s=[0.1], completion_tokens=1) for _ in range(7)]
+    lv = level(1, [*one_token, Sample(ok=False, error="HTTP 500")])
+    line = sweep.figures_line({"figures": sweep.figures_of([lv]), "error": ""})
+    assert "decode tok/s c=1 - (none of the 7 requests that succeeded measured it; 1 failed: HTTP 500)" in line, line
+    mixed = level(16, [Sample(ok=False, error="cut at the 60 s request bound")] * 15
+                  + [Sample(ok=False, error="HTTP 503: loading model")])
+    line = sweep.figures_line({"figures": sweep.figures_of([mixed]), "error": ""})
+    assert ("- (all 16 requests failed: HTTP 503: loading model; cut at the 60 s request bound)" in line), line
 
 
 def test_the_end_to_end_aggregate_is_compared_apart_from_the_decode_aggregate():

@@ -107,10 +107,14 @@ def test_vllm_version_description_names_every_installable_release():
 
 
 def _float_fields(model) -> list[str]:
-    """The fields of a pydantic model whose type takes a float (float, float | None)."""
+    """The fields of a pydantic model whose type takes a float (float, float | None) or a list of floats
+    (tensor_split: list[Annotated[float, ...]] | None): the latter are given as [1, value]."""
     import typing
-    return [n for n, f in model.model_fields.items()
-            if f.annotation is float or float in typing.get_args(f.annotation)]
+
+    def takes_float(t) -> bool:
+        return t is float or (typing.get_origin(t) is typing.Annotated and typing.get_args(t)[0] is float) or any(
+            takes_float(a) for a in typing.get_args(t) if a is not type(None))
+    return [n for n, f in model.model_fields.items() if takes_float(f.annotation)]
 
 
 _INSTANCE_BASE = {"llama_cpp_instances": {"model_source": "/m.gguf", "model_sha256": "a" * 64},
@@ -137,6 +141,8 @@ def test_a_float_setting_that_yaml_reads_as_nan_or_infinity_is_refused_by_name(n
     `--rope-scale inf`. Each float setting of the model (read from its fields) is refused as not finite."""
     import yaml
     value = yaml.safe_load(f"v: {spelled}")["v"]
+    if name == "tensor_split":
+        value = [1, value]
     if instances is None:
         data = {name: value}
         where = name
@@ -145,5 +151,6 @@ def test_a_float_setting_that_yaml_reads_as_nan_or_infinity_is_refused_by_name(n
         where = f"{instances}.m.{name}"
     with pytest.raises(SettingsError) as e:
         load_settings("box", data)
+    where += ".1" if isinstance(value, list) else ""  # pydantic names the list item
     said = [line for line in str(e.value).splitlines() if line.strip().startswith(f"- {where} =")]
     assert said and "finite number" in said[0], str(e.value)
