@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from roles.bench.figures import Level, Load
 from roles.bench.png import COLOURS, tps_chart
+from roles.bench import sweep
 from roles.bench.sweep import FIGURE_NAMES
 
 
@@ -129,7 +130,7 @@ def sweep_lines(i: InstanceBench) -> list[str]:
     return [f"d={r['depth']} {FIGURE_NAMES[r['figure']]} c={r['concurrency']}: default {_f(r['default'])}, best "
             f"{_f(r['best'])} ({r['best_label']}), {'default/best' if r['higher_is_better'] else 'best/default'} "
             f"{r['ratio']:.2f}" for r in i.sweep_ratios or []] + [
-        f"d={f['depth']} {FIGURE_NAMES[f['figure']]} c={f['concurrency']}: default - ({f['why']}), no ratio"
+        f"d={f['depth']} {FIGURE_NAMES[f['figure']]} c={f['concurrency']}: default {sweep.shown(f)}, no ratio"
         for f in default.get("figures") or [] if f.get("value") is None and f.get("why")]
 
 
@@ -245,9 +246,7 @@ def _sweep_markdown(i: InstanceBench) -> list[str]:
         for k in keys:
             figs = [next((f for f in s.get("figures") or [] if (f["figure"], f["depth"], f["concurrency"]) == k),
                          {}) for s in i.sweep]
-            out.append(f"| {FIGURE_NAMES[k[0]]} | {k[1]} | {k[2]} | " + " | ".join(
-                f"- ({f['why']})" if f.get("value") is None and f.get("why") else _f(f.get("value")) for f in figs)
-                + " |")
+            out.append(f"| {FIGURE_NAMES[k[0]]} | {k[1]} | {k[2]} | " + " | ".join(sweep.shown(f) for f in figs) + " |")
     if i.sweep_ratios:
         out += ["", "| figure | depth | c | default | best | best flag set | ratio |",
                 "| --- | ---: | ---: | ---: | ---: | --- | ---: |"]

@@ -201,15 +201,21 @@ def figures_of(levels) -> list[dict]:
     return out
 
 
+def shown(f: dict) -> str:
+    """One figure of figures_of as the sweep shows it everywhere (progress line, report, comparison): its value to
+    one decimal, or "- (why)" where no request measured it ("-" without a why)."""
+    if f.get("value") is None:
+        return f"- ({f['why']})" if f.get("why") else "-"
+    return f"{f['value']:.1f}"
+
+
 def figures_line(entry: dict) -> str:
     """One line of a run's figures ({"figures": figures_of(...) or None, "error": str}) for the sweep's progress:
     "d=0 decode tok/s c=1 240.1; d=0 TTFT p50 ms c=8 1006.0; ..." (tokens/s, milliseconds; "- (why)" where a level
     measured none, why as figures_of gives it), or "failed: <error>"."""
     if entry.get("error"):
         return f"failed: {entry['error']}"
-    return "; ".join(f"d={f['depth']} {FIGURE_NAMES[f['figure']]} c={f['concurrency']} "
-                     + (f"- ({f['why']})" if f["value"] is None and f.get("why") else
-                        "-" if f["value"] is None else f"{f['value']:.1f}")
+    return "; ".join(f"d={f['depth']} {FIGURE_NAMES[f['figure']]} c={f['concurrency']} {shown(f)}"
                      for f in entry.get("figures") or []) or "no figures"
 
 
