@@ -178,3 +178,66 @@ def test_two_llama_servers_that_fit_together_are_planned_each_at_its_own_size(mo
     assert (ia.memory.kv_bytes, ib.memory.kv_bytes) == (kv_bytes(2 * 32768), kv_bytes(2 * 8192))
     claimed = sum(b or 0 for _, b in plan.gpu_claims[0])
     assert claimed == ia.memory.total_bytes + ib.memory.total_bytes <= V100_16 * MIB
+
+
+# -- vLLM on the box of two GPU models ---------------------------------------------------------------------------------
+
+#: An AWQ 4-bit build's quantization_config as AutoAWQ writes it (e.g. TheBloke/Llama-2-7B-AWQ's config.json).
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+
+
+def vllm_data(tmp_path: Path, gpus: list[int], config: dict | None = None) -> dict:
+    from lab.models import write_tiny_hf
+    model = write_tiny_hf(tmp_path / "hf", config=config)
+    return {"vllm_instances": {"tiny": {"model_source": str(model), "gpus": gpus}}}
+
+
+def vllm_planned(data: dict):
+    plan = planned(data, {**smi(MIXED), "sys.version_info": ["3.12"]})
+    return plan.engines["vllm"].instances[0]
+
+
+@pytest.mark.parametrize("gpu, mib", [(0, V100_32), (1, T4)])
+def test_a_vllm_instance_is_planned_on_the_memory_of_the_gpu_it_is_given(tmp_path, gpu, mib):
+    """vLLM's share is gpu_memory_utilization x the memory of the GPU the instance runs on (vllm/worker: total from
+    torch.cuda.mem_get_info of its own device): the 32 GB V100's 32510 MiB on GPU 0, the T4's 15360 on GPU 1, as
+    nvidia-smi prints each, not the smallest GPU of the box."""
+    inst = vllm_planned(vllm_data(tmp_path, [gpu]))
+    assert (inst.memory.gpu_bytes, inst.memory.n_gpus) == (mib * MIB, 1)
+
+
+def test_an_awq_model_is_planned_on_the_t4_and_refused_on_the_v100_of_one_box(tmp_path):
+    """vLLM's AWQ kernels need compute capability 7.5 (vllm/model_executor/layers/quantization/awq.py
+    AWQConfig.get_min_capability returns 75; below it vLLM stops with "Minimum capability: 75. Current capability:
+    70"). On a box of a V100 (7.0) and a T4 (7.5, as nvidia-smi's compute_cap says) the instance given the T4 plans;
+    the one given the V100 is refused with vLLM's own words, before any change."""
+    inst = vllm_planned(vllm_data(tmp_path, [1], {"quantization_config": AWQ}))
+    assert inst.memory is not None and inst.memory.outcome == "fits"
+    with pytest.raises(SettingsError) as e:
+        vllm_planned(vllm_data(tmp_path, [0], {"quantization_config": AWQ}))
+    assert "vllm_instances.tiny" in str(e.value) and "Minimum capability: 75. Current capability: 70" in str(e.value)
+
+
+# -- llama.cpp: the attention choice follows the compute capability of the instance's own GPU --------------------------
+
+#: A 32 GB V100 (7.0) and a P100 (6.0) in one box, as nvidia-smi prints them (the P100-PCIE-16GB: 16384 MiB).
+V100_P100 = ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-32GB, 7.0, 32510, 0, 32510, Enabled, 570.158.01",
+             "1, GPU-00000000-0000-0000-0000-000000000001, Tesla P100-PCIE-16GB, 6.0, 16384, 0, 16384, Enabled, 570.158.01"]
+
+
+def test_flash_attention_is_chosen_per_gpu_on_a_box_of_a_v100_and_a_p100(tmp_path):
+    """llama.cpp 0.3.16 (llama_cpp_ref pypi-0.3.16) runs flash attention for head size 80 only where fp16 MMA is
+    available (ggml/src/ggml-cuda/ggml-cuda.cu ggml_backend_cuda_device_supports_op, case GGML_OP_FLASH_ATTN_EXT:
+    head 80 needs fp16_mma_available, i.e. compute capability 7.0: Volta's tensor cores); elsewhere the op falls back
+    to the CPU. The instance given the V100 keeps flash attention on; the one given the P100 gets it off (attention
+    stays on the GPU), each decided by its own GPU's compute capability, not the box's lowest."""
+    path = write_llama(tmp_path / "h80.gguf", n_embd=640, n_head=8, n_head_kv=8, n_layer=2, n_ff=1024, n_ctx=4096)
+    m = {"path": str(path), "sha": hashlib.sha256(path.read_bytes()).hexdigest()}
+    data = {"llama_cpp_ref": "pypi-0.3.16",
+            "llama_cpp_instances": {"p": inst(m, 8082, gpus=[1], context=4096, parallel=1, cache_type_k=None,
+                                              cache_type_v=None),
+                                    "v": inst(m, 8081, gpus=[0], context=4096, parallel=1, cache_type_k=None,
+                                              cache_type_v=None)}}
+    p, v = planned(data, smi(V100_P100)).llama_cpp.instances
+    assert (p.name, p.serving.kv.flash_attn) == ("p", False) and (v.name, v.serving.kv.flash_attn) == ("v", True)
+    assert (p.serving.kv.cache_type_k, v.serving.kv.cache_type_k) == ("f16", "f16")
