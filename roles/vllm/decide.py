@@ -404,7 +404,8 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
     float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
     run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each);
-    v1_profile_tokens: the release's V1 profile tokens (VllmRelease.profile_tokens; None: the planner's default);
+    v1_profile_tokens: the release's V1 profile tokens on the GPU (VllmRelease.profile_tokens_on; None: the
+    planner's default);
     encoder: a vision encoder's memory per GPU (bytes, encoder_memory_gib), kept out of the KV cache."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
@@ -488,8 +489,11 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
         if not more:
             problems += (more := encoder_problems(key, inst, config, rel))
         if not more and inst.tensor_parallel_size <= visible:
+            # the engine's own device decides the profile tokens (arg_utils.py: its total memory); the largest GPU
+            # given is the side that profiles more, so reserves more
+            total = max((g["memory_mib"] for g in used), default=settings.gpu_memory_mib)
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
-                                 rel.version, pipeline_parallel, rel.profile_tokens, encoder_bytes(inst))
+                                 rel.version, pipeline_parallel, rel.profile_tokens_on(total), encoder_bytes(inst))
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()

@@ -16,7 +16,8 @@ the shapes the code has had from 0.8 to 0.33 (checked on the wheels of 0.8.5.pos
 - --kv-cache-dtype values: the CacheDType Literal (vllm/config/cache.py, or vllm/config.py up to 0.8).
 - V1 profile tokens of `vllm serve` on a GPU below 70 GiB: EngineArgs' default max_num_batched_tokens for
   UsageContext.OPENAI_API_SERVER in the branch of `device_memory >= 70 * GiB_bytes` that a V100 (16/32 GB) takes;
-  the V1 profile run uses scheduler_config.max_num_batched_tokens (vllm/v1/worker/gpu_model_runner.py).
+  the V1 profile run uses scheduler_config.max_num_batched_tokens (vllm/v1/worker/gpu_model_runner.py); and the
+  other branch, with its threshold, for GPUs of more memory (large_gpu_profile_tokens: an H100 or H200).
 - environment variables the toolkit sets, where the release has them (vllm/envs.py): VLLM_ATTENTION_BACKEND,
   VLLM_ENGINE_READY_TIMEOUT_S (its default), VLLM_CACHE_ROOT.
 """
@@ -81,6 +82,9 @@ class VoltaFacts:
     profile_tokens: int | None  # V1 `vllm serve` profile tokens on a V100; None for V0 (max_model_len rule)
     profile_tokens_source: str
     env: dict[str, str | None] = field(default_factory=dict)  # variable -> default where the release has it
+    #: (threshold GiB, tokens) of V1's profile run on GPUs of at least that memory (large_gpu_profile_tokens); None
+    #: for V0
+    profile_tokens_large: tuple[int, int] | None = None
 
     def as_dict(self) -> dict:
         return {
@@ -92,6 +96,7 @@ class VoltaFacts:
             "volta_kv_cache_dtypes": {k: list(v) for k, v in self.volta_kv_cache_dtypes.items()},
             "volta_kv_cache_dtypes_source": self.volta_kv_cache_dtypes_source,
             "profile_tokens": self.profile_tokens, "profile_tokens_source": self.profile_tokens_source,
+            "profile_tokens_large": list(self.profile_tokens_large) if self.profile_tokens_large else None,
             "env": self.env,
         }
 
@@ -443,10 +448,9 @@ def _dict_value(d: ast.Dict, attr: str) -> int | None:
     return None
 
 
-def profile_tokens(files: Mapping[str, str], memory_gib: int = VOLTA_MAX_MEMORY_GIB) -> tuple[int, str]:
-    """Tokens of V1's profile run under `vllm serve` on a GPU of `memory_gib`: the default max_num_batched_tokens of
-    UsageContext.OPENAI_API_SERVER in the branch of `if device_memory >= N * GiB_bytes ...` that such a GPU takes,
-    given that the V1 GPU model runner profiles scheduler_config.max_num_batched_tokens."""
+def _memory_branch(files: Mapping[str, str]):
+    """(threshold GiB, the `if device_memory >= N * GiB_bytes` node, its function's name, the path) of
+    arg_utils.py's device-memory default. Raises SourceShapeError where the code has another shape."""
     runner = files.get("vllm/v1/worker/gpu_model_runner.py", "")
     if "self.max_num_tokens = scheduler_config.max_num_batched_tokens" not in runner:
         raise SourceShapeError("vllm/v1/worker/gpu_model_runner.py: the profile run's token count is not "
@@ -460,21 +464,38 @@ def profile_tokens(files: Mapping[str, str], memory_gib: int = VOLTA_MAX_MEMORY_
         if not (isinstance(test, ast.Compare) and isinstance(test.comparators[0], ast.BinOp)
                 and isinstance(test.comparators[0].left, ast.Constant)):
             raise SourceShapeError(f"{path}: unknown device memory test {ast.unparse(n.test)!r}")
-        threshold = test.comparators[0].left.value
-        branch = n.body if memory_gib >= threshold else n.orelse
-        for s in branch:
-            target = s.targets[0] if isinstance(s, ast.Assign) else getattr(s, "target", None)
-            if (isinstance(target, ast.Name) and target.id == "default_max_num_batched_tokens"
-                    and isinstance(s.value, ast.Dict)):
-                tokens = _dict_value(s.value, "OPENAI_API_SERVER")
-                if tokens is not None:
-                    fn = next((f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
-                               and any(x is n for x in ast.walk(f))), "?")
-                    side = f">= {threshold}" if memory_gib >= threshold else f"< {threshold}"
-                    return tokens, (f"{path} EngineArgs.{fn}: default_max_num_batched_tokens[OPENAI_API_SERVER] for "
-                                    f"device memory {side} GiB; vllm/v1/worker/gpu_model_runner.py profiles "
-                                    "scheduler_config.max_num_batched_tokens")
+        fn = next((f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                   and any(x is n for x in ast.walk(f))), "?")
+        return test.comparators[0].left.value, n, fn, path
     raise SourceShapeError(f"{path}: no device-memory default for max_num_batched_tokens")
+
+
+def profile_tokens(files: Mapping[str, str], memory_gib: int = VOLTA_MAX_MEMORY_GIB) -> tuple[int, str]:
+    """Tokens of V1's profile run under `vllm serve` on a GPU of `memory_gib`: the default max_num_batched_tokens of
+    UsageContext.OPENAI_API_SERVER in the branch of `if device_memory >= N * GiB_bytes ...` that such a GPU takes,
+    given that the V1 GPU model runner profiles scheduler_config.max_num_batched_tokens. Raises SourceShapeError
+    where the code has another shape."""
+    threshold, n, fn, path = _memory_branch(files)
+    branch = n.body if memory_gib >= threshold else n.orelse
+    for s in branch:
+        target = s.targets[0] if isinstance(s, ast.Assign) else getattr(s, "target", None)
+        if (isinstance(target, ast.Name) and target.id == "default_max_num_batched_tokens"
+                and isinstance(s.value, ast.Dict)):
+            tokens = _dict_value(s.value, "OPENAI_API_SERVER")
+            if tokens is not None:
+                side = f">= {threshold}" if memory_gib >= threshold else f"< {threshold}"
+                return tokens, (f"{path} EngineArgs.{fn}: default_max_num_batched_tokens[OPENAI_API_SERVER] for "
+                                f"device memory {side} GiB; vllm/v1/worker/gpu_model_runner.py profiles "
+                                "scheduler_config.max_num_batched_tokens")
+    raise SourceShapeError(f"{path}: no device-memory default for max_num_batched_tokens")
+
+
+def large_gpu_profile_tokens(files: Mapping[str, str]) -> tuple[int, int]:
+    """(threshold GiB, tokens): from a GPU of that much memory on (vLLM compares the device's total memory, bytes,
+    with threshold x GiB_bytes), `vllm serve`'s V1 profile run takes the other branch of profile_tokens, e.g. (70,
+    8192) in 0.19.1 for an H100 or H200, where a V100 gets 2048. Raises SourceShapeError as profile_tokens does."""
+    threshold = _memory_branch(files)[0]
+    return threshold, profile_tokens(files, memory_gib=threshold)[0]
 
 
 # --- environment -----------------------------------------------------------------------------------------------
@@ -541,4 +562,5 @@ def derive(files: Mapping[str, str]) -> VoltaFacts:
                 for name in heads}
     tokens, tokens_source = profile_tokens(files)
     return VoltaFacts(v0, engine, engine_source, backend, backend_source, tuple(chain), heads, accepted,
-                      accepted_source, volta_kv, VOLTA_KV_RULE, tokens, tokens_source, env)
+                      accepted_source, volta_kv, VOLTA_KV_RULE, tokens, tokens_source, env,
+                      large_gpu_profile_tokens(files))

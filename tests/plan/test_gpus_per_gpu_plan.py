@@ -241,3 +241,37 @@ def test_flash_attention_is_chosen_per_gpu_on_a_box_of_a_v100_and_a_p100(tmp_pat
     p, v = planned(data, smi(V100_P100)).llama_cpp.instances
     assert (p.name, p.serving.kv.flash_attn) == ("p", False) and (v.name, v.serving.kv.flash_attn) == ("v", True)
     assert (p.serving.kv.cache_type_k, v.serving.kv.cache_type_k) == ("f16", "f16")
+
+
+# -- vLLM V1's profile run: its token count follows the memory of the GPU it runs on ----------------------------------
+
+#: meta-llama/Llama-3.1-8B-Instruct's config.json (the keys the planner reads) and its safetensors' size in bytes.
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+            "max_position_embeddings": 131072, "vocab_size": 128256, "torch_dtype": "bfloat16", "model_type": "llama"}
+LLAMA_8B_BYTES = 16_060_522_496
+H100_ROW = "0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 9.0, 81559, 0, 81079, Enabled, 580.159.04"
+V100_ROW = MIXED[0]
+
+
+@pytest.mark.parametrize("row, tokens", [(H100_ROW, 8192), (V100_ROW, 2048)])
+def test_vllm_0_19_1_profiles_8192_tokens_on_an_h100_and_2048_on_a_v100(row, tokens):
+    """vLLM 0.19.1's `vllm serve` sizes its V1 profile run by the device's memory (vllm/engine/arg_utils.py
+    EngineArgs.get_batch_defaults: default_max_num_batched_tokens[OPENAI_API_SERVER] is 8192 where device_memory >=
+    70 GiB, else 2048; the GPU model runner profiles max_num_batched_tokens). An H100 (81559 MiB in all, as
+    nvidia-smi prints it) takes 8192, a 32 GB V100 2048: the plan reserves the activation peak of that many tokens,
+    so on the H100 it does not plan the V100's smaller peak (more KV cache than vLLM finds)."""
+    import json
+
+    from roles.planner.models import hf_model_from_config
+    from roles.planner.vllm import VLLM_NON_TORCH_BYTES, vllm_activation_bytes
+
+    path = "/srv/models/llama-3.1-8b"
+    responses = {**smi([row]), "sys.version_info": ["3.12"],
+                 f"test -r {path}/config.json": ["#files", f"{LLAMA_8B_BYTES} model.safetensors", "#index", "",
+                                                 "#config", json.dumps(LLAMA_8B)]}
+    data = {"vllm_version": "0.19.1", "vllm_instances": {"l": {"model_path": path, "max_model_len": 8192}}}
+    inst = planned(data, responses).engines["vllm"].instances[0]
+    hf = hf_model_from_config(LLAMA_8B, LLAMA_8B_BYTES)
+    assert inst.memory.compute_buffer_bytes == vllm_activation_bytes(hf, 1, tokens, inst.settings.max_num_seqs) \
+        + VLLM_NON_TORCH_BYTES

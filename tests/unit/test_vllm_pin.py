@@ -74,6 +74,8 @@ def test_profile_tokens_follow_the_memory_branch():
     """The same code on a GPU of 80 GiB takes the other branch: 8192 (arg_utils.py get_batch_defaults)."""
     assert rs.profile_tokens(files("0.19.1"), memory_gib=80)[0] == 8192
     assert rs.profile_tokens(files("0.19.1"), memory_gib=16)[0] == 2048
+    assert rs.large_gpu_profile_tokens(files("0.19.1")) == (70, 8192)
+    assert rs.profile_tokens(files("0.19.1"), memory_gib=69)[0] == 2048  # the branch is ">= 70 * GiB_bytes"
 
 
 def test_capability_evaluation_of_the_backends():
@@ -110,6 +112,8 @@ def test_the_release_table_holds_what_the_code_says():
             (heads.sizes, heads.minimum, heads.source)
         assert rel.kv_cache_dtypes == f.volta_kv_cache_dtypes[rel.attention_backend]
         assert rel.profile_tokens == f.profile_tokens == data["facts"]["profile_tokens"]
+        large = data["facts"]["profile_tokens_large"]
+        assert rel.profile_tokens_large == f.profile_tokens_large == (tuple(large) if large else None)
         assert rel.engine == f.engine == data["facts"]["engine"]
 
 
@@ -123,6 +127,7 @@ def test_what_changed_names_each_difference():
     assert "head sizes: 32, 64, 80, 96, 112, 120, 128, 192, 256 -> 32, 64, 96, 128, 160, 192, 224, 256" in lines
     assert "--kv-cache-dtype on Volta: ['auto', 'fp8_e5m2'] -> ['auto']" in lines
     assert "profile tokens (vllm serve, V1): None -> 2048" in lines
+    assert "profile tokens on large GPUs ([GiB, tokens]): None -> [70, 8192]" in lines
     flags = next(line for line in lines if line.startswith("flags:"))
     assert "--skip-mm-profiling" in flags.split("removed")[0] and vllm_pin.changes(old, old) == []
 
