@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from roles import planner
 from roles.planner.units import GiB
@@ -163,18 +163,21 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
     return problems
 
 
-def locked_packages(text: str) -> frozenset[str]:
-    """The package names a lock file pins ("name==version" lines of tools/lock_vllm.py's output), normalized as
-    PEP 503 does (lower case, runs of -_. as one -)."""
-    names = (re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", line) for line in text.splitlines())
-    return frozenset(re.sub(r"[-_.]+", "-", m[1]).lower() for m in names if m)
+def locked_packages(text: str) -> dict[str, str]:
+    """The packages a lock file pins ("name==version" lines of tools/lock_vllm.py's output): {name normalized as
+    PEP 503 does (lower case, runs of -_. as one -): version as pinned}."""
+    names = (re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ \\;]+)", line) for line in text.splitlines())
+    return {re.sub(r"[-_.]+", "-", m[1]).lower(): m[2] for m in names if m}
 
 
 def quant_package_problems(key: str, config: dict, rel: VllmRelease, lock_name: str,
-                           locked: frozenset[str] | None) -> list[str]:
+                           locked: Mapping[str, str] | None) -> list[str]:
     """A quantization method whose Python package (QUANT_PACKAGES, read from the release's code) the chosen lock
-    does not install, or that the release does not have at all: vLLM would start and fail at model load. `locked`:
-    locked_packages of the lock (None: unread, nothing checked). [] when none."""
+    does not install, or pins below the version the release checks for, or that the release does not have at all:
+    vLLM would start and fail at model load. `locked`: locked_packages of the lock (None: unread, nothing
+    checked). [] when none."""
+    from packaging.version import InvalidVersion, Version
+
     c = planner.hf_text_config(config)
     quant = config.get("quantization_config") or c.get("quantization_config") or {}
     method = str(quant.get("quant_method") or "").lower()
@@ -186,12 +189,24 @@ def quant_package_problems(key: str, config: dict, rel: VllmRelease, lock_name: 
     if package is None:
         return [problem(f"{key}.model", f"quant_method {method}", f"vLLM {rel.version} has no {method} method "
                         f"({where})", f"use {other}, or another vllm_version")]
-    if re.sub(r"[-_.]+", "-", package).lower() in locked:
+    pinned = locked.get(re.sub(r"[-_.]+", "-", package).lower())
+    if pinned is None:
+        return [problem(f"{key}.model", f"quant_method {method}",
+                        f"vLLM {rel.version} imports {package}>={minimum} for it (vllm/model_executor/layers/"
+                        f"quantization/{where}), and the lock {lock_name} does not install {package}: the instance "
+                        "would start and fail at model load", f"use {other}; the toolkit installs only the release's "
+                        "lock")]
+    try:
+        too_old = bool(minimum) and Version(pinned) < Version(minimum)
+    except InvalidVersion:  # a pin packaging cannot read: vLLM's own check decides at load
         return []
-    return [problem(f"{key}.model", f"quant_method {method}",
-                    f"vLLM {rel.version} imports {package}>={minimum} for it (vllm/model_executor/layers/"
-                    f"quantization/{where}), and the lock {lock_name} does not install {package}: the instance would "
-                    "start and fail at model load", f"use {other}; the toolkit installs only the release's lock")]
+    if too_old:
+        return [problem(f"{key}.model", f"quant_method {method}",
+                        f"vLLM {rel.version} needs {package}>={minimum} for it (vllm/model_executor/layers/"
+                        f"quantization/{where}), and the lock {lock_name} pins {package}=={pinned}: the instance "
+                        "would start and fail at model load", f"lock {package}>={minimum} (tools/lock_vllm.py), or "
+                        f"use {other}")]
+    return []
 
 
 def head_size_problems(key: str, hf: planner.HfModel, rel: VllmRelease) -> list[str]:
@@ -457,7 +472,7 @@ def refusals(key: str, inst: VllmInstance, reasons: list[str]) -> list[str]:
 
 def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease, gpus: list[GpuInfo],
              host_model: Callable[[str], dict | None], pipeline_parallel: int = 1,
-             lock: tuple[str, frozenset[str]] | None = None) -> tuple[Instance, list[str]]:
+             lock: tuple[str, Mapping[str, str]] | None = None) -> tuple[Instance, list[str]]:
     """One vllm@NAME: (Instance, problems) for its GPUs, listen address, API key file and model (config.json
     refusals, then memory when those pass and tensor parallel fits, per node of `pipeline_parallel` nodes). dtype
     auto is served as half below 8.0. lock: (lock file name, locked_packages) of the venv, against which the

@@ -294,6 +294,37 @@ def test_plan_quantization_whose_package_the_lock_lacks_is_refused_before_any_co
     assert any("systemctl start vllm@tiny" in str(c) for c in cmds)
 
 
+#: The lowest bitsandbytes each release accepts, as its code says (vllm/model_executor/layers/quantization/
+#: bitsandbytes.py in each sdist: 0.8.5.post1 "bitsandbytes>=0.45.3", 0.10.2 ">=0.46.1", 0.19.1 ">=0.48.1").
+BNB_MINIMUM = {"0.8.5.post1": "0.45.3", "0.10.2": "0.46.1", "0.19.1": "0.48.1"}
+
+
+@pytest.mark.parametrize("version", sorted(BNB_MINIMUM))
+def test_plan_quantization_package_locked_below_the_release_minimum_is_refused(tmp_path, version):
+    """A lock that pins bitsandbytes older than the release checks for (bitsandbytes 0.42.0, below each release's
+    minimum) would start vLLM and fail at model load ("Please install bitsandbytes>=..."): refused before any
+    command, naming the pin, the minimum and the fix. The minimum itself plans."""
+    from lab.models import write_tiny_hf
+    py312 = Path(__file__).resolve().parents[2] / f"files/vllm/vllm-{version}-py3.12.txt"
+    model = write_tiny_hf(tmp_path / "bnb", config={"quantization_config": BNB_4BIT})
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    data = {"vllm_version": version, "vllm_lock_dir": str(locks),
+            "vllm_instances": {"tiny": {"model_source": str(model)}}}
+    for pin, refused in (("0.42.0", True), (BNB_MINIMUM[version], False)):
+        (locks / py312.name).write_text(py312.read_text() + f"bitsandbytes=={pin} \\\n    --hash=sha256:" + "0" * 64
+                                        + "\n")
+        if refused:
+            with pytest.raises(SettingsError) as e:
+                plan_commands(UBUNTU_2404, data, responses=TWO_V100)
+            text = str(e.value)
+            assert f"needs bitsandbytes>={BNB_MINIMUM[version]}" in text and "pins bitsandbytes==0.42.0" in text
+            assert "vllm_instances.tiny.model" in text and "tools/lock_vllm.py" in text
+        else:
+            cmds = plan_commands(UBUNTU_2404, data, responses=TWO_V100)
+            assert any("systemctl start vllm@tiny" in str(c) for c in cmds)
+
+
 def test_plan_quantization_method_the_release_dropped_is_refused(tmp_path):
     """0.19.1's sdist has no vllm/model_executor/layers/quantization/deepspeedfp.py (0.10.2's has, importing
     deepspeed): a deepspeedfp model on 0.19.1 is refused as a method the release lacks."""
