@@ -275,3 +275,31 @@ def test_vllm_0_19_1_profiles_8192_tokens_on_an_h100_and_2048_on_a_v100(row, tok
     hf = hf_model_from_config(LLAMA_8B, LLAMA_8B_BYTES)
     assert inst.memory.compute_buffer_bytes == vllm_activation_bytes(hf, 1, tokens, inst.settings.max_num_seqs) \
         + VLLM_NON_TORCH_BYTES
+
+
+# -- what `v100kit plan` says of the default slots ----------------------------------------------------------------------
+
+def test_the_plan_says_how_many_full_length_requests_fit_at_once_as_the_rendered_arguments_do(model):
+    """Issue 26: with slots and context left unset, `v100kit plan` (its JSON and its table) says how many requests
+    of the full per-request context run at once; the numbers are those llama-server gets: -np N and -c N x context
+    (a KV stream per slot: llama-server's n_ctx_slot = -c / -np), read back from the rendered environment file."""
+    import shlex
+    from types import SimpleNamespace
+
+    from v100kit.plan import summarize
+
+    data = {"llama_cpp_instances": {"chat": {**inst(model, 8081), "cache_type_k": None, "cache_type_v": None}}}
+    gpu = ["0, GPU-00000000-0000-0000-0000-000000000000, Tesla V100-SXM2-16GB, 7.0, 16160, 0, 16160, Enabled, 570.158.01"]
+    plan = planned(data, smi(gpu))
+    facts = {"Memory": 64 * 1024, "Cpus": 16}  # MiB, CPUs: the build-jobs line the summary carries
+    summary = summarize(SimpleNamespace(name="box", get_fact=lambda f, *a, **k: facts[f.__name__]), plan)
+    sv = summary["instances"]["llama-server@chat"]["serving"]
+    _, files = plan_uploads(UBUNTU_2404, data, smi(gpu), stops_early=True)
+    env = dict(line.split("=", 1) for line in files["/etc/llama-server/chat.env"].splitlines() if "=" in line)
+    args = shlex.split(env["LLAMA_SERVER_ARGS"])
+    n, pool = int(args[args.index("-np") + 1]), int(args[args.index("-c") + 1])
+    assert (sv["slots"], sv["full_length_requests_at_once"], sv["context_per_request"]) == (n, n, pool // n)
+    assert n > 1 and "-kvu" not in args
+    text = table({"box": summary})
+    assert f"llama-server@chat: {n} slot(s): {n} request(s) of up to {pool // n} tokens at once, KV pool -c {pool}" \
+        in text, text
