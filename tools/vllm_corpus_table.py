@@ -37,14 +37,15 @@ def model_of(case: dict) -> HfModel:
 def plan_of(case: dict, **override) -> Plan:
     """The planner's plan for the case as vLLM was started (override: e.g. enforce_eager=True); a vision-language
     case's encoder_memory_gib is the planner's encoder term; a V1 case's v1_profile_tokens is the release's profile
-    run as its code sets it (VllmRelease.profile_tokens; absent: the planner's default)."""
+    run as its code sets it (VllmRelease.profile_tokens; absent: the planner's default), its v1_sampler_path the
+    release's top-k/top-p path (VllmRelease.sampler_path; absent: the planner's default)."""
     case = {**case, **override}
     return plan_vllm(model_of(case), case["gpu_mib"], case["n_gpus"], case["tp"], case["max_model_len"],
                      case["gpu_memory_utilization"], "auto", case["max_num_seqs"],
                      enforce_eager=case["enforce_eager"], engine=case["engine"],
                      enable_chunked_prefill=case["chunked_prefill"], vllm_version=case["vllm_version"],
                      encoder_bytes=int(case.get("encoder_memory_gib", 0) * GiB),
-                     v1_profile_tokens=case.get("v1_profile_tokens"))
+                     v1_profile_tokens=case.get("v1_profile_tokens"), sampler_path=case.get("v1_sampler_path"))
 
 
 def predicted_tokens(plan: Plan) -> int:

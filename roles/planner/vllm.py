@@ -49,6 +49,18 @@ VLLM_ACT_MLP_ELEMS = 4.0
 #: older than VLLM_SAMPLER_PROFILED_SINCE count none. (M)
 VLLM_SAMPLER_FP32_COPIES = 8
 VLLM_SAMPLER_PROFILED_SINCE = (0, 7)
+#: The same peak where the release's V1 sampler filters top-k/top-p with its Triton kernel (`vllm serve`'s profile
+#: samples max_num_seqs >= 8 rows, so apply_top_k_top_p takes it: vllm/v1/sample/ops/topk_topp_sampler.py, read in
+#: 0.17.1 and 0.19.1; 0.10.2 sorts instead). Counted in that code, alive at once in random_sample: the model-dtype
+#: logits of _dummy_sampler_run (0.5), their float32 copy (Sampler.forward: 1; temperature and the Triton filter
+#: work in place), the kernel's cached row buffer (topk_topp_triton.py: at most one row per SM, <= 1), softmax's
+#: probs (1) and random_sample's q (1): 4.5, kept at 5. vLLM 0.17.1's logs in the corpus (TheBuccaneer/
+#: vllm-offload-profiles, Llama-3.1-8B and Qwen2.5-7B on an RTX 3090) left 0.55-0.65 GiB for the whole profile
+#: peak and non-torch memory, within the planner's 1.24-1.43 GiB with it. (M)
+VLLM_V1_TRITON_SAMPLER_FP32_COPIES = 5
+#: Sampler paths the planner knows: "sort" (torch sort, top-p over a sorted copy: VLLM_SAMPLER_FP32_COPIES) and
+#: "triton" (VLLM_V1_TRITON_SAMPLER_FP32_COPIES); None counts as "sort", the side that predicts less KV cache.
+VLLM_SAMPLER_PATHS = {"sort": VLLM_SAMPLER_FP32_COPIES, "triton": VLLM_V1_TRITON_SAMPLER_FP32_COPIES}
 #: A floor under the profile peak (cuBLAS workspaces, small-batch buffers): logs show >= 1.2 GiB at 8192 tokens
 #: for 8B models and 0.06-1.3 GiB with chunked prefill. (M)
 VLLM_ACTIVATION_FLOOR_BYTES = GiB // 4
@@ -138,25 +150,27 @@ def vllm_samples_in_profile(vllm_version: str | None) -> bool:
     return found is None or (int(found[1]), int(found[2])) >= VLLM_SAMPLER_PROFILED_SINCE
 
 
-def vllm_sampler_bytes(model: HfModel, tokens: int, max_num_seqs: int, sampler_profiled: bool = True) -> int:
-    """The sampler's share of the profile peak on the rank that samples (bytes): VLLM_SAMPLER_FP32_COPIES fp32
-    copies of one row of logits per profiled sequence (at most one sequence per profiled token); 0 for releases whose
-    profile run does not sample."""
+def vllm_sampler_bytes(model: HfModel, tokens: int, max_num_seqs: int, sampler_profiled: bool = True,
+                       sampler_path: str | None = None) -> int:
+    """The sampler's share of the profile peak on the rank that samples (bytes): the path's fp32 copies
+    (VLLM_SAMPLER_PATHS: "triton" 5, "sort" or None 8) of one row of logits per profiled sequence (at most one
+    sequence per profiled token); 0 for releases whose profile run does not sample. Raises KeyError for a path not
+    in VLLM_SAMPLER_PATHS."""
     if not sampler_profiled:
         return 0
     vocab = model.vocab_size or VLLM_FALLBACK_VOCAB
-    return VLLM_SAMPLER_FP32_COPIES * min(max_num_seqs, tokens) * vocab * 4
+    return VLLM_SAMPLER_PATHS[sampler_path or "sort"] * min(max_num_seqs, tokens) * vocab * 4
 
 
 def vllm_activation_bytes(model: HfModel, tp: int, tokens: int, max_num_seqs: int,
-                          sampler_profiled: bool = True) -> int:
+                          sampler_profiled: bool = True, sampler_path: str | None = None) -> int:
     """vLLM's profile-run activation peak on the GPU with the smallest KV cache (bytes), for `tokens` profiled
     tokens: the forward pass's per-token term split by TP, plus the sampler's logits (vllm_sampler_bytes), summed
     although the two peaks do not overlap in time (the sum is the side that predicts less KV cache)."""
     hidden = model.hidden_size or model.n_heads * model.head_dim
     inter = model.intermediate_size or 6 * hidden
     per_token = 2 * (VLLM_ACT_HIDDEN_ELEMS * hidden + VLLM_ACT_MLP_ELEMS * inter / tp)
-    sampler = vllm_sampler_bytes(model, tokens, max_num_seqs, sampler_profiled)
+    sampler = vllm_sampler_bytes(model, tokens, max_num_seqs, sampler_profiled, sampler_path)
     return int(max(VLLM_ACTIVATION_FLOOR_BYTES, tokens * per_token + sampler))
 
 
@@ -195,6 +209,7 @@ class _VllmCase:
     pipeline_parallel: int = 1
     v1_profile_tokens: int | None = None
     encoder_bytes: int = 0  # a vision encoder's memory per GPU, held outside the KV cache (the user's figure)
+    sampler_path: str | None = None  # the release's top-k/top-p path (VLLM_SAMPLER_PATHS; None: "sort")
 
     @property
     def gpu_bytes(self) -> int:
@@ -204,7 +219,7 @@ class _VllmCase:
         """Activation peak + non-torch memory (+ a vision encoder's stated memory) per GPU at this max_model_len."""
         tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill, self.v1_profile_tokens)
         return (vllm_activation_bytes(self.model, self.tp, tokens, self.max_num_seqs,
-                                      vllm_samples_in_profile(self.vllm_version)) + self.non_torch
+                                      vllm_samples_in_profile(self.vllm_version), self.sampler_path) + self.non_torch
                 + self.encoder_bytes)
 
     def kv_tokens(self, length: int) -> int:
@@ -302,7 +317,8 @@ def _graphs(c: _VllmCase) -> int:
 def _opts(c: _VllmCase) -> dict:
     return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager,
             "vllm_version": c.vllm_version, "pipeline_parallel": c.pipeline_parallel,
-            "v1_profile_tokens": c.v1_profile_tokens, "encoder_bytes": c.encoder_bytes}  # per GPU at any TP
+            "v1_profile_tokens": c.v1_profile_tokens, "encoder_bytes": c.encoder_bytes,  # per GPU at any TP
+            "sampler_path": c.sampler_path}
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -340,7 +356,7 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
               gpu_memory_utilization: float, kv_cache_dtype: str = "auto", max_num_seqs: int = 256, *,
               enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None,
               vllm_version: str | None = None, pipeline_parallel: int = 1,
-              v1_profile_tokens: int | None = None, encoder_bytes: int = 0) -> Plan:
+              v1_profile_tokens: int | None = None, encoder_bytes: int = 0, sampler_path: str | None = None) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
     16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
@@ -364,16 +380,18 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
     2048 for `vllm serve` on GPUs below 70 GiB in 0.10.2 and 0.19.1; None: 8192). encoder_bytes: a vision-language
     model's encoder memory per GPU (bytes), which no formula here gives (the caller states it; see
     roles/vllm/decide.py encoder_problems): counted beside the activation peak, so the KV cache is that much smaller.
-    Outcome is "fits" or
+    sampler_path: how the release's sampler filters top-k/top-p in the profile run ("triton" or "sort", read from
+    its code: VllmRelease.sampler_path; None: "sort"), which sets the sampler's copies of the logits. Outcome is
+    "fits" or
     "does_not_fit". Raises ValueError for non-positive
-    sizes, a negative encoder_bytes, a utilization outside (0, 1], an unknown kv_cache_dtype or engine.
+    sizes, a negative encoder_bytes, a utilization outside (0, 1], an unknown kv_cache_dtype, engine or sampler_path.
     """
     return _plan_vllm(model, gpu_mib, n_gpus, tensor_parallel, max_model_len, gpu_memory_utilization,
                       kv_cache_dtype, max_num_seqs, True,
                       {"engine": engine, "enable_chunked_prefill": enable_chunked_prefill,
                        "enforce_eager": enforce_eager, "vllm_version": vllm_version,
                        "pipeline_parallel": pipeline_parallel, "v1_profile_tokens": v1_profile_tokens,
-                       "encoder_bytes": encoder_bytes})
+                       "encoder_bytes": encoder_bytes, "sampler_path": sampler_path})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,
@@ -384,6 +402,8 @@ def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len
     _check_positive(pipeline_parallel=opts.get("pipeline_parallel", 1))
     if opts.get("encoder_bytes", 0) < 0:
         raise ValueError(f"encoder_bytes must be at least 0, got {opts['encoder_bytes']}")
+    if opts.get("sampler_path") not in (None, *VLLM_SAMPLER_PATHS):
+        raise ValueError(f"unknown vLLM sampler_path {opts['sampler_path']!r}; known: {', '.join(VLLM_SAMPLER_PATHS)}")
     c = _vllm_case(model, gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs, opts)
     compute = c.overhead(max_model_len)
     kv_space = c.budget - c.weights - compute

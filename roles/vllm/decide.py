@@ -415,13 +415,15 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
 
 def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
            vllm_version: str | None = None, pipeline_parallel: int = 1,
-           v1_profile_tokens: int | None = None, encoder: int = 0) -> tuple[planner.Plan, list[str]]:
+           v1_profile_tokens: int | None = None, encoder: int = 0,
+           sampler_path: str | None = None) -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
     float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
     run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each);
     v1_profile_tokens: the release's V1 profile tokens on the GPU (VllmRelease.profile_tokens_on; None: the
     planner's default);
-    encoder: a vision encoder's memory per GPU (bytes, encoder_memory_gib), kept out of the KV cache."""
+    encoder: a vision encoder's memory per GPU (bytes, encoder_memory_gib), kept out of the KV cache; sampler_path:
+    the release's top-k/top-p path in the profile run (VllmRelease.sampler_path_for; None: the planner's default)."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
@@ -429,7 +431,7 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
     mplan = planner.plan_vllm(hf, gpu_mib, n_visible, inst.tensor_parallel_size, inst.max_model_len,
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
                               engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
-                              v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder)
+                              v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder, sampler_path=sampler_path)
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])
@@ -508,7 +510,8 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
             # given is the side that profiles more, so reserves more
             total = max((g["memory_mib"] for g in used), default=settings.gpu_memory_mib)
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
-                                 rel.version, pipeline_parallel, rel.profile_tokens_on(total), encoder_bytes(inst))
+                                 rel.version, pipeline_parallel, rel.profile_tokens_on(total), encoder_bytes(inst),
+                                 rel.sampler_path_for(inst.max_num_seqs))
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()

@@ -85,6 +85,11 @@ class VoltaFacts:
     #: (threshold GiB, tokens) of V1's profile run on GPUs of at least that memory (large_gpu_profile_tokens); None
     #: for V0
     profile_tokens_large: tuple[int, int] | None = None
+    #: the V1 sampler's top-k/top-p path (sampler_path): "triton" from `sampler_triton_rows` rows on, or "sort";
+    #: None for V0
+    sampler_path: str | None = None
+    sampler_triton_rows: int | None = None
+    sampler_path_source: str = ""
 
     def as_dict(self) -> dict:
         return {
@@ -97,6 +102,8 @@ class VoltaFacts:
             "volta_kv_cache_dtypes_source": self.volta_kv_cache_dtypes_source,
             "profile_tokens": self.profile_tokens, "profile_tokens_source": self.profile_tokens_source,
             "profile_tokens_large": list(self.profile_tokens_large) if self.profile_tokens_large else None,
+            "sampler_path": self.sampler_path, "sampler_triton_rows": self.sampler_triton_rows,
+            "sampler_path_source": self.sampler_path_source,
             "env": self.env,
         }
 
@@ -498,6 +505,31 @@ def large_gpu_profile_tokens(files: Mapping[str, str]) -> tuple[int, int]:
     return threshold, profile_tokens(files, memory_gib=threshold)[0]
 
 
+def sampler_path(files: Mapping[str, str]) -> tuple[str, int | None, str]:
+    """How the V1 sampler filters top-k/top-p, which the profile run does for every dummy request (gpu_model_runner
+    _dummy_sampler_run sets both): ("triton", N, source) where apply_top_k_top_p hands a batch of at least N rows to
+    apply_top_k_top_p_triton (a kernel working in place), ("sort", None, source) where it sorts a copy of the logits
+    (torch sort: values and int64 indices). Read in vllm/v1/sample/ops/topk_topp_sampler.py. Raises
+    SourceShapeError where the function has neither shape."""
+    path = "vllm/v1/sample/ops/topk_topp_sampler.py"
+    tree = _tree(files, path)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "apply_top_k_top_p"), None)
+    if fn is None:
+        raise SourceShapeError(f"{path}: no apply_top_k_top_p")
+    for n in ast.walk(fn):
+        if isinstance(n, ast.If) and "apply_top_k_top_p_triton" in ast.unparse(n):
+            rows = [c.comparators[0].value for c in ast.walk(n.test) if isinstance(c, ast.Compare)
+                    and "shape[0]" in ast.unparse(c.left) and isinstance(c.ops[0], ast.GtE)
+                    and isinstance(c.comparators[0], ast.Constant)]
+            if len(rows) != 1:
+                raise SourceShapeError(f"{path}: unknown test before the Triton kernel {ast.unparse(n.test)!r}")
+            return "triton", rows[0], (f"{path} apply_top_k_top_p: `{ast.unparse(n.test)}` -> "
+                                       "apply_top_k_top_p_triton")
+    if any(isinstance(n, ast.Attribute) and n.attr == "sort" for n in ast.walk(fn)):
+        return "sort", None, f"{path} apply_top_k_top_p: logits.sort (a sorted copy and int64 indices)"
+    raise SourceShapeError(f"{path}: apply_top_k_top_p neither sorts nor calls the Triton kernel")
+
+
 # --- environment -----------------------------------------------------------------------------------------------
 
 ENV_READ = ("VLLM_ATTENTION_BACKEND", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_CACHE_ROOT", "VLLM_USE_V1")
@@ -563,4 +595,4 @@ def derive(files: Mapping[str, str]) -> VoltaFacts:
     tokens, tokens_source = profile_tokens(files)
     return VoltaFacts(v0, engine, engine_source, backend, backend_source, tuple(chain), heads, accepted,
                       accepted_source, volta_kv, VOLTA_KV_RULE, tokens, tokens_source, env,
-                      large_gpu_profile_tokens(files))
+                      large_gpu_profile_tokens(files), *sampler_path(files))

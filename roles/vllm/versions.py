@@ -80,6 +80,10 @@ class VllmRelease:
     #: (threshold GiB, tokens): V1's profile tokens on a GPU of at least that much memory (an H100 or H200 takes
     #: arg_utils.py's other branch); None: profile_tokens on every GPU
     profile_tokens_large: tuple[int, int] | None = None
+    #: how the V1 sampler filters top-k/top-p in the profile run (release_source.sampler_path): "triton" from
+    #: sampler_triton_rows rows on, else "sort"; None (V0): the planner's calibrated default
+    sampler_path: str | None = None
+    sampler_triton_rows: int | None = None
     volta_args: tuple[str, ...] = ()
     vision_args: tuple[str, ...] = ()
     start_timeout_s: int = 600
@@ -99,6 +103,14 @@ class VllmRelease:
         if self.profile_tokens_large and memory_mib * (1 << 20) >= self.profile_tokens_large[0] * (1 << 30):
             return self.profile_tokens_large[1]
         return self.profile_tokens
+
+    def sampler_path_for(self, max_num_seqs: int) -> str | None:
+        """The profile run's top-k/top-p path for `max_num_seqs` dummy requests (it samples one row each):
+        "triton" where the release hands that many rows to its Triton kernel, "sort" where it sorts, None for V0
+        (planner.VLLM_SAMPLER_PATHS)."""
+        if self.sampler_path == "triton" and max_num_seqs < (self.sampler_triton_rows or 0):
+            return "sort"
+        return self.sampler_path
 
 
 #: Supported releases. Python lists are what `uv pip compile --only-binary :all:` resolves (tools/lock_vllm.py).
@@ -137,7 +149,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
                       "vllm-0.10.2-py3.12.sm70.json, docs/vllm-sm70.md)"),
         head_sizes=HeadSizes((32, 64, 96, 128, 160, 192, 224, 256), source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.get_supported_head_sizes")),
-        profile_tokens=2048, profile_tokens_large=(70, 8192),
+        profile_tokens=2048, profile_tokens_large=(70, 8192), sampler_path="sort",
         sources={"attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls: VLLM_ATTENTION_BACKEND "
                                       "TRITON_ATTN_VLLM_V1 -> triton_attn.TritonAttentionBackend (the default below "
                                       "8.0 is flex_attention.FlexAttentionBackend)",
@@ -162,7 +174,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         attention_backend="TRITON_ATTN",
         head_sizes=HeadSizes(minimum=32, source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.supports_head_size")),
-        profile_tokens=2048, profile_tokens_large=(70, 8192),
+        profile_tokens=2048, profile_tokens_large=(70, 8192), sampler_path="triton", sampler_triton_rows=8,
         volta_args=("--attention-backend", "TRITON_ATTN", "--compilation-config.cudagraph_mode=FULL_DECODE_ONLY"),
         vision_args=("--skip-mm-profiling",),
         start_timeout_s=1800,

@@ -273,8 +273,9 @@ def test_vllm_0_19_1_profiles_8192_tokens_on_an_h100_and_2048_on_a_v100(row, tok
     data = {"vllm_version": "0.19.1", "vllm_instances": {"l": {"model_path": path, "max_model_len": 8192}}}
     inst = planned(data, responses).engines["vllm"].instances[0]
     hf = hf_model_from_config(LLAMA_8B, LLAMA_8B_BYTES)
-    assert inst.memory.compute_buffer_bytes == vllm_activation_bytes(hf, 1, tokens, inst.settings.max_num_seqs) \
-        + VLLM_NON_TORCH_BYTES
+    # 0.19.1 filters top-k/top-p with its Triton kernel (vllm/v1/sample/ops/topk_topp_sampler.py, from 8 rows)
+    assert inst.memory.compute_buffer_bytes == vllm_activation_bytes(hf, 1, tokens, inst.settings.max_num_seqs,
+                                                                     sampler_path="triton") + VLLM_NON_TORCH_BYTES
 
 
 # -- what `v100kit plan` says of the default slots ----------------------------------------------------------------------

@@ -398,3 +398,20 @@ def test_a_config_with_zero_attention_heads_is_a_value_error_naming_the_key_not_
     from roles.planner.models import hf_model_from_config
     with pytest.raises(ValueError, match="num_attention_heads is 0"):
         hf_model_from_config({"num_hidden_layers": 2, "num_attention_heads": 0, "hidden_size": 64}, 1, "m/config.json")
+
+
+def test_vllm_sampler_path_sets_the_logits_copies_and_an_unknown_path_is_refused(shape_14b: HfModel):
+    """The profile peak's sampler term is max_num_seqs x vocab x 4 bytes per fp32 copy: 5 copies on the Triton
+    top-k/top-p path (0.17.1, 0.19.1), 8 where the release sorts (and for V0 or an unread release). So the Triton
+    path plans 3 copies' worth more KV cache at the same settings; a path the planner does not know is an error."""
+    from roles.planner.vllm import VLLM_FALLBACK_VOCAB, vllm_sampler_bytes
+
+    copy = 64 * (shape_14b.vocab_size or VLLM_FALLBACK_VOCAB) * 4  # this shape states no vocabulary
+    assert vllm_sampler_bytes(shape_14b, 2048, 64, True, "triton") == 5 * copy
+    assert vllm_sampler_bytes(shape_14b, 2048, 64, True, "sort") == vllm_sampler_bytes(shape_14b, 2048, 64) == 8 * copy
+    args = (shape_14b, V100_32GB_MIB, 1, 1, 4096, 0.9, "auto", 64)
+    sort = plan_vllm(*args, engine="V1", vllm_version="0.19.1", v1_profile_tokens=2048)
+    triton = plan_vllm(*args, engine="V1", vllm_version="0.19.1", v1_profile_tokens=2048, sampler_path="triton")
+    assert sort.compute_buffer_bytes - triton.compute_buffer_bytes == 3 * copy
+    with pytest.raises(ValueError, match="unknown vLLM sampler_path 'sorted'; known: sort, triton"):
+        plan_vllm(*args, engine="V1", sampler_path="sorted")

@@ -78,6 +78,23 @@ def test_profile_tokens_follow_the_memory_branch():
     assert rs.profile_tokens(files("0.19.1"), memory_gib=69)[0] == 2048  # the branch is ">= 70 * GiB_bytes"
 
 
+def test_the_sampler_path_of_each_v1_release():
+    """0.19.1's apply_top_k_top_p hands 8 rows or more to its Triton kernel (excerpt lines 251-252); 0.10.2's sorts
+    a copy of the logits (line 145). Code of neither shape is an error, not a guess."""
+    assert rs.sampler_path(files("0.19.1"))[:2] == ("triton", 8)
+    assert rs.sampler_path(files("0.10.2"))[:2] == ("sort", None)
+    g = files("0.19.1")
+    path = "vllm/v1/sample/ops/topk_topp_sampler.py"
+    g[path] = g[path].replace("return apply_top_k_top_p_triton(logits, k, p)", "return logits").replace(
+        "if HAS_TRITON and logits.shape[0] >= 8:", "if HAS_TRITON:")
+    with pytest.raises(rs.SourceShapeError, match="neither sorts nor calls the Triton kernel"):
+        rs.sampler_path(g)
+    rel = VLLM_RELEASES["0.19.1"]
+    assert (rel.sampler_path_for(64), rel.sampler_path_for(8), rel.sampler_path_for(4)) == ("triton", "triton", "sort")
+    assert VLLM_RELEASES["0.10.2"].sampler_path_for(64) == "sort" and VLLM_RELEASES["0.8.5.post1"].sampler_path_for(
+        64) is None
+
+
 def test_capability_evaluation_of_the_backends():
     f = files("0.19.1")
     flash = "vllm.v1.attention.backends.flash_attn.FlashAttentionBackend"
@@ -114,6 +131,8 @@ def test_the_release_table_holds_what_the_code_says():
         assert rel.profile_tokens == f.profile_tokens == data["facts"]["profile_tokens"]
         large = data["facts"]["profile_tokens_large"]
         assert rel.profile_tokens_large == f.profile_tokens_large == (tuple(large) if large else None)
+        assert (rel.sampler_path, rel.sampler_triton_rows) == (f.sampler_path, f.sampler_triton_rows) \
+            == (data["facts"]["sampler_path"], data["facts"]["sampler_triton_rows"])
         assert rel.engine == f.engine == data["facts"]["engine"]
 
 
@@ -128,6 +147,7 @@ def test_what_changed_names_each_difference():
     assert "--kv-cache-dtype on Volta: ['auto', 'fp8_e5m2'] -> ['auto']" in lines
     assert "profile tokens (vllm serve, V1): None -> 2048" in lines
     assert "profile tokens on large GPUs ([GiB, tokens]): None -> [70, 8192]" in lines
+    assert "V1 sampler's top-k/top-p: None -> sort" in lines
     flags = next(line for line in lines if line.startswith("flags:"))
     assert "--skip-mm-profiling" in flags.split("removed")[0] and vllm_pin.changes(old, old) == []
 
