@@ -140,7 +140,11 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
                              host.get_fact(SwapHeaderSize, path=swap), bool(host.get_fact(File, path=swap)),
                              host.get_fact(FreeBytes, path=swap), host.get_fact(PathFilesystem, path=swap))
     traits = host.get_fact(HostTraits)
-    driver, more = nvidia_driver.plan(settings, platform, host.get_fact(KernelMetapackages), traits["kernel"],
+    gpus = host.get_fact(NvidiaGpus)
+    # the driver serves every GPU of the box: where nvidia-smi answers, their lowest capability decides its module
+    # and branch, not gpu_compute_capability
+    driver, more = nvidia_driver.plan(nvidia_driver.with_gpu_capability(settings, gpus), platform,
+                                      host.get_fact(KernelMetapackages), traits["kernel"],
                                       list(host.get_fact(InstalledKernels)), container=traits["virt"] != "none")
     problems += more + ([] if diagnosing else nvidia_driver.secure_boot_refused(settings, host.get_fact(SecureBoot)))
     if driver and driver.pin.runfile and not diagnosing:
@@ -150,7 +154,6 @@ def _preflight(host: Host, settings: Settings, diagnosing: bool, deploying: bool
     problems += more
     for line in cuda.minor_compat_warnings(settings, platform, driver.pin if driver else None):
         logger.warning(f"[{host.name}] cuda: {line}")
-    gpus = host.get_fact(NvidiaGpus)
     cluster, ray_problems = ray.plan(settings, host.name, list(host.groups), cluster_nodes(host, settings, deploying))
     plans, taken = {}, {}
     for engine in ENGINES:

@@ -38,6 +38,19 @@ class DriverPlan:
     runfile_url: str | None = None
 
 
+def with_gpu_capability(settings: Settings, gpus: list) -> Settings:
+    """`settings` with gpu_compute_capability the lowest compute capability nvidia-smi gives for this host's GPUs
+    (the NvidiaGpus fact: the driver serves every one of them), or as they are where no GPU answers (no driver
+    yet: the setting decides). A V100 answering 7.0 under gpu_compute_capability 7.5 is then refused the open
+    module and the branches after R580, which would lose it."""
+    if not gpus:
+        return settings
+    lowest = min(gpus, key=lambda g: tuple(int(x) for x in g["compute_cap"].split(".")))["compute_cap"]
+    if lowest == settings.gpu_compute_capability:
+        return settings
+    return settings.model_copy(update={"gpu_compute_capability": lowest})
+
+
 def compute_capability(settings: Settings) -> tuple[int, int]:
     """gpu_compute_capability as (major, minor): '7.0' -> (7, 0)."""
     major, minor = settings.gpu_compute_capability.split(".")
