@@ -7,11 +7,12 @@ from __future__ import annotations
 
 GiB = 1 << 30
 
-#: peak resident memory of one compile job of the CUDA build (one nvcc and the cicc/ptxas it runs): measured on the
-#: lent H200 for the default pin's 144 CUDA objects (tools/gpu/bench/rss.py as CMake's CUDA compiler launcher,
-#: getrusage of nvcc's children): at most 703 MiB (argsort.cu), 390 MiB on average, the flash-attention
-#: instances 412-416 MiB; built for sm_90 with that machine's nvcc 13.0.88 (CUDA 13 cannot build sm_70), so
-#: rounded up to 1 GiB for an sm_70 build and another toolkit. (M for sm_70)
+#: peak resident memory of one compile job of the CUDA build (one nvcc and the cicc/ptxas it runs; getrusage of its
+#: children through tools/gpu/bench/rss.py as CMake's CUDA compiler launcher), for the default pin's 144 CUDA
+#: objects: built for sm_70 with Debian trixie's CUDA 12.4.131 and g++-13 (tools/build_rss/sm70.sh, 2026-12-07:
+#: tests/data/nvcc_rss_sm70_cuda12.4.tsv) at most 609 MiB (mmq-instance-nvfp4.cu), 365 MiB on average; for sm_90
+#: with the lent H200's nvcc 13.0.88 at most 703 MiB (argsort.cu), 390 on average. Rounded up to 1 GiB for other
+#: toolkits and trees. (M)
 NVCC_JOB_BYTES = 1 * GiB
 
 #: memory kept out of the build for the OS and the services running there: an idle Debian/Ubuntu server (systemd,

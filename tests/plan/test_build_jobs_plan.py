@@ -35,7 +35,7 @@ def prefix_of(cmds: list[str]) -> str:
 
 
 def test_a_64_cpu_256_gib_host_builds_with_64_jobs():
-    # memory allows (256 - 2) // 2 = 127 jobs with the 2 GiB reserve and 2 GiB per job: the 64 CPUs limit
+    # memory allows (256 - 2) // 1 = 254 jobs with the 2 GiB reserve and 1 GiB per job: the 64 CPUs limit
     assert (256 * GiB - RESERVE_BYTES) // NVCC_JOB_BYTES >= 64
     assert build_jobs_of(plan_commands(DEBIAN_13, LLAMA, host(64, 256))) == 64
 

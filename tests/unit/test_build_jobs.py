@@ -47,3 +47,15 @@ def test_unknown_facts_fall_back_to_two_and_say_so(cpus, memory, unknown):
 def test_the_reason_is_one_line():
     for args in ((None, 64, 16 * GiB), (None, None, None), (4, None, None)):
         assert "\n" not in build_jobs(*args)[1]
+
+
+def test_one_job_s_memory_covers_every_object_measured_for_sm_70():
+    """NVCC_JOB_BYTES is at least the largest peak RSS nvcc reached for any CUDA object of the default pin built for
+    sm_70 with CUDA 12.4 (tests/data/nvcc_rss_sm70_cuda12.4.tsv, tools/build_rss/sm70.sh: KiB, seconds, object),
+    so -j N never asks for more memory than N such jobs took."""
+    from pathlib import Path
+
+    rows = [line.split("\t") for line in (Path(__file__).resolve().parents[1] / "data" / "nvcc_rss_sm70_cuda12.4.tsv")
+            .read_text().splitlines() if line]
+    assert len(rows) == 144 and any(r[2] == "argsort.cu.o" for r in rows)
+    assert max(int(r[0]) for r in rows) * 1024 <= NVCC_JOB_BYTES
