@@ -39,16 +39,17 @@ class DriverPlan:
 
 
 def with_gpu_capability(settings: Settings, gpus: list) -> Settings:
-    """`settings` with gpu_compute_capability the lowest compute capability nvidia-smi gives for this host's GPUs
-    (the NvidiaGpus fact: the driver serves every one of them), or as they are where no GPU answers (no driver
-    yet: the setting decides). A V100 answering 7.0 under gpu_compute_capability 7.5 is then refused the open
-    module and the branches after R580, which would lose it."""
-    if not gpus:
+    """`settings` with gpu_compute_capability lowered to the lowest compute capability nvidia-smi gives for this
+    host's GPUs (the NvidiaGpus fact: the driver serves every one of them), where that is lower; never raised, since
+    nvidia-smi lists only the GPUs the loaded driver drives (a V100 under the open module or a branch after R580 is
+    not listed, and a row without a capability is dropped). So a V100 answering 7.0 under gpu_compute_capability
+    7.5 is refused the open module and the branches after R580, which would lose it; where no GPU answers the
+    setting decides."""
+    caps = [tuple(int(x) for x in g["compute_cap"].split(".")) for g in gpus]
+    setting = tuple(int(x) for x in settings.gpu_compute_capability.split("."))
+    if not caps or min(caps) >= setting:
         return settings
-    lowest = min(gpus, key=lambda g: tuple(int(x) for x in g["compute_cap"].split(".")))["compute_cap"]
-    if lowest == settings.gpu_compute_capability:
-        return settings
-    return settings.model_copy(update={"gpu_compute_capability": lowest})
+    return settings.model_copy(update={"gpu_compute_capability": "{}.{}".format(*min(caps))})
 
 
 def compute_capability(settings: Settings) -> tuple[int, int]:

@@ -316,13 +316,17 @@ T4_ROWS = [f"{i}, GPU-00000000-0000-0000-0000-00000000000{i}, Tesla T4, 7.5, 153
 def test_the_open_module_is_refused_for_a_v100_that_nvidia_smi_answers_whatever_gpu_compute_capability_says():
     """NVIDIA's open kernel modules need GSP, compute capability 7.5 (NVIDIA/open-gpu-kernel-modules README: Turing
     and later); a V100 (nvidia-smi compute_cap 7.0) disappears under them. With gpu_compute_capability set to 7.5
-    by mistake, the V100 nvidia-smi answers for decides: refused before any change. Two T4s (7.5) under the
-    setting's 7.0 take the open module. Where no GPU answers (no driver yet), the setting decides."""
+    by mistake, a V100 that nvidia-smi answers for decides, alone or beside a T4: refused before any change. The
+    setting is never raised by nvidia-smi, which lists only the GPUs the loaded driver drives (a V100 under the open
+    module is not listed): two T4s under the default 7.0 are still refused, and take the open module at 7.5. Where no
+    GPU answers (no driver yet), the setting decides."""
     data = {"gpu_compute_capability": "7.5", "nvidia_driver_kernel_module": "open"}
-    with pytest.raises(SettingsError) as e:
-        planned(data, smi([V100_16_ROW]))
-    assert "nvidia_driver_kernel_module" in str(e.value) and "these GPUs are 7.0" in str(e.value)
+    second = "1, GPU-00000000-0000-0000-0000-000000000009, Tesla V100-SXM2-16GB, 7.0, 16160, 0, 16160, Enabled, 580.95.05"
+    for rows in ([V100_16_ROW], [T4_ROWS[0], second]):
+        with pytest.raises(SettingsError) as e:
+            planned(data, smi(rows))
+        assert "nvidia_driver_kernel_module" in str(e.value) and "these GPUs are 7.0" in str(e.value)
     assert planned(data, smi([])).driver is not None
-    assert planned({"nvidia_driver_kernel_module": "open"}, smi(T4_ROWS)).driver is not None
+    assert planned(data, smi(T4_ROWS)).driver is not None
     with pytest.raises(SettingsError, match="these GPUs are 7.0"):
-        planned({"nvidia_driver_kernel_module": "open"}, smi([]))
+        planned({"nvidia_driver_kernel_module": "open"}, smi(T4_ROWS))
