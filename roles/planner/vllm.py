@@ -53,14 +53,21 @@ VLLM_SAMPLER_PROFILED_SINCE = (0, 7)
 #: samples max_num_seqs >= 8 rows, so apply_top_k_top_p takes it: vllm/v1/sample/ops/topk_topp_sampler.py, read in
 #: 0.17.1 and 0.19.1; 0.10.2 sorts instead). Counted in that code, alive at once in random_sample: the model-dtype
 #: logits of _dummy_sampler_run (0.5), their float32 copy (Sampler.forward: 1; temperature and the Triton filter
-#: work in place), the kernel's cached row buffer (topk_topp_triton.py: at most one row per SM, <= 1), softmax's
-#: probs (1) and random_sample's q (1): 4.5, kept at 5. vLLM 0.17.1's logs in the corpus (TheBuccaneer/
+#: work in place), the kernel's cached buffer (topk_topp_triton.py: min(next_power_of_2(min(SMs, rows)), SMs) rows,
+#: up to 1.94 copies for 9-10, 17-21 or 33-42 rows on a V100's 80 SMs, 0.31 at 256), softmax's probs (1) and
+#: random_sample's q (1): at most 5.44, kept at 6. vLLM 0.17.1's logs in the corpus (TheBuccaneer/
 #: vllm-offload-profiles, Llama-3.1-8B and Qwen2.5-7B on an RTX 3090) left 0.55-0.65 GiB for the whole profile
-#: peak and non-torch memory, within the planner's 1.24-1.43 GiB with it. (M)
-VLLM_V1_TRITON_SAMPLER_FP32_COPIES = 5
-#: Sampler paths the planner knows: "sort" (torch sort, top-p over a sorted copy: VLLM_SAMPLER_FP32_COPIES) and
-#: "triton" (VLLM_V1_TRITON_SAMPLER_FP32_COPIES); None counts as "sort", the side that predicts less KV cache.
-VLLM_SAMPLER_PATHS = {"sort": VLLM_SAMPLER_FP32_COPIES, "triton": VLLM_V1_TRITON_SAMPLER_FP32_COPIES}
+#: peak and non-torch memory, within the planner's 1.37-1.57 GiB with it. (M)
+VLLM_V1_TRITON_SAMPLER_FP32_COPIES = 6
+#: Where a V1 release sorts (0.10.2's apply_top_k_top_p), counted in its code: the model-dtype logits (0.5), fp32
+#: logits (1), logits_sort (1) and its int64 logits_idx (2), two bool masks (0.5), probs_sort (1) and the
+#: scatter's new tensor (1): 7.0; while torch sorts, PyTorch's segmented sort adds int64 indices (2) and CUB's
+#: pair sort a third key/value buffer (1 + 2), which 9.5 covers (read, not measured): kept at 10. No V1 log of a
+#: sorting release is in the corpus. (M)
+VLLM_V1_SORT_SAMPLER_FP32_COPIES = 10
+#: Sampler paths the planner knows (the release's, VllmRelease.sampler_path): "sort" and "triton"; None (V0, or a
+#: release not read) counts VLLM_SAMPLER_FP32_COPIES, calibrated on V0's logs.
+VLLM_SAMPLER_PATHS = {"sort": VLLM_V1_SORT_SAMPLER_FP32_COPIES, "triton": VLLM_V1_TRITON_SAMPLER_FP32_COPIES}
 #: A floor under the profile peak (cuBLAS workspaces, small-batch buffers): logs show >= 1.2 GiB at 8192 tokens
 #: for 8B models and 0.06-1.3 GiB with chunked prefill. (M)
 VLLM_ACTIVATION_FLOOR_BYTES = GiB // 4
@@ -132,14 +139,18 @@ def pp_partition(n_layers: int, pp: int) -> list[int]:
 
 
 def vllm_profiled_tokens(max_model_len: int, engine: str = "V0", enable_chunked_prefill: bool | None = None,
-                         v1_tokens: int | None = None) -> int:
-    """max_num_batched_tokens of vLLM's profile run: V1 chunks always, at `v1_tokens` (the release's count read
-    from its code, VllmRelease.profile_tokens; None: VLLM_V1_BATCHED_TOKENS); V0 chunks when asked, or by default
-    above a 32k max_model_len (vllm serve), and otherwise profiles max(max_model_len, 2048) tokens."""
+                         v1_tokens: int | None = None, max_num_batched_tokens: int | None = None) -> int:
+    """max_num_batched_tokens of vLLM's profile run, in tokens: the user's --max-num-batched-tokens where given
+    (V0 without chunked prefill: at least max_model_len and 2048, as vLLM requires and raises it); else V1 chunks
+    always, at `v1_tokens` (the release's count read from its code, VllmRelease.profile_tokens_on; None:
+    VLLM_V1_BATCHED_TOKENS); V0 chunks when asked, or by default above a 32k max_model_len (vllm serve), and
+    otherwise profiles max(max_model_len, 2048) tokens."""
     if engine == "V1":
-        return v1_tokens or VLLM_V1_BATCHED_TOKENS
+        return max_num_batched_tokens or v1_tokens or VLLM_V1_BATCHED_TOKENS
     chunked = max_model_len > VLLM_CHUNKED_PREFILL_ABOVE if enable_chunked_prefill is None else enable_chunked_prefill
-    return VLLM_V0_CHUNKED_BATCHED_TOKENS if chunked else max(max_model_len, VLLM_MIN_BATCHED_TOKENS)
+    if chunked:
+        return max_num_batched_tokens or VLLM_V0_CHUNKED_BATCHED_TOKENS
+    return max(max_num_batched_tokens or 0, max_model_len, VLLM_MIN_BATCHED_TOKENS)
 
 
 def vllm_samples_in_profile(vllm_version: str | None) -> bool:
@@ -153,13 +164,15 @@ def vllm_samples_in_profile(vllm_version: str | None) -> bool:
 def vllm_sampler_bytes(model: HfModel, tokens: int, max_num_seqs: int, sampler_profiled: bool = True,
                        sampler_path: str | None = None) -> int:
     """The sampler's share of the profile peak on the rank that samples (bytes): the path's fp32 copies
-    (VLLM_SAMPLER_PATHS: "triton" 5, "sort" or None 8) of one row of logits per profiled sequence (at most one
+    (VLLM_SAMPLER_PATHS: "triton" 6, "sort" 10; None: VLLM_SAMPLER_FP32_COPIES, 8) of one row of logits per
+    profiled sequence (at most one
     sequence per profiled token); 0 for releases whose profile run does not sample. Raises KeyError for a path not
     in VLLM_SAMPLER_PATHS."""
     if not sampler_profiled:
         return 0
     vocab = model.vocab_size or VLLM_FALLBACK_VOCAB
-    return VLLM_SAMPLER_PATHS[sampler_path or "sort"] * min(max_num_seqs, tokens) * vocab * 4
+    copies = VLLM_SAMPLER_FP32_COPIES if sampler_path is None else VLLM_SAMPLER_PATHS[sampler_path]
+    return copies * min(max_num_seqs, tokens) * vocab * 4
 
 
 def vllm_activation_bytes(model: HfModel, tp: int, tokens: int, max_num_seqs: int,
@@ -209,7 +222,8 @@ class _VllmCase:
     pipeline_parallel: int = 1
     v1_profile_tokens: int | None = None
     encoder_bytes: int = 0  # a vision encoder's memory per GPU, held outside the KV cache (the user's figure)
-    sampler_path: str | None = None  # the release's top-k/top-p path (VLLM_SAMPLER_PATHS; None: "sort")
+    sampler_path: str | None = None  # the release's top-k/top-p path (VLLM_SAMPLER_PATHS; None: V0's calibration)
+    max_num_batched_tokens: int | None = None  # the user's --max-num-batched-tokens (None: vLLM's default)
 
     @property
     def gpu_bytes(self) -> int:
@@ -217,7 +231,8 @@ class _VllmCase:
 
     def overhead(self, length: int) -> int:
         """Activation peak + non-torch memory (+ a vision encoder's stated memory) per GPU at this max_model_len."""
-        tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill, self.v1_profile_tokens)
+        tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill, self.v1_profile_tokens,
+                                      self.max_num_batched_tokens)
         return (vllm_activation_bytes(self.model, self.tp, tokens, self.max_num_seqs,
                                       vllm_samples_in_profile(self.vllm_version), self.sampler_path) + self.non_torch
                 + self.encoder_bytes)
@@ -318,7 +333,7 @@ def _opts(c: _VllmCase) -> dict:
     return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager,
             "vllm_version": c.vllm_version, "pipeline_parallel": c.pipeline_parallel,
             "v1_profile_tokens": c.v1_profile_tokens, "encoder_bytes": c.encoder_bytes,  # per GPU at any TP
-            "sampler_path": c.sampler_path}
+            "sampler_path": c.sampler_path, "max_num_batched_tokens": c.max_num_batched_tokens}
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -356,7 +371,8 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
               gpu_memory_utilization: float, kv_cache_dtype: str = "auto", max_num_seqs: int = 256, *,
               enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None,
               vllm_version: str | None = None, pipeline_parallel: int = 1,
-              v1_profile_tokens: int | None = None, encoder_bytes: int = 0, sampler_path: str | None = None) -> Plan:
+              v1_profile_tokens: int | None = None, encoder_bytes: int = 0, sampler_path: str | None = None,
+              max_num_batched_tokens: int | None = None) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
     16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
@@ -381,7 +397,9 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
     model's encoder memory per GPU (bytes), which no formula here gives (the caller states it; see
     roles/vllm/decide.py encoder_problems): counted beside the activation peak, so the KV cache is that much smaller.
     sampler_path: how the release's sampler filters top-k/top-p in the profile run ("triton" or "sort", read from
-    its code: VllmRelease.sampler_path; None: "sort"), which sets the sampler's copies of the logits. Outcome is
+    its code: VllmRelease.sampler_path; None: V0's calibrated count), which sets the sampler's copies of the logits.
+    max_num_batched_tokens: the user's --max-num-batched-tokens, which the profile run then uses
+    (vllm_profiled_tokens). Outcome is
     "fits" or
     "does_not_fit". Raises ValueError for non-positive
     sizes, a negative encoder_bytes, a utilization outside (0, 1], an unknown kv_cache_dtype, engine or sampler_path.
@@ -391,7 +409,8 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
                       {"engine": engine, "enable_chunked_prefill": enable_chunked_prefill,
                        "enforce_eager": enforce_eager, "vllm_version": vllm_version,
                        "pipeline_parallel": pipeline_parallel, "v1_profile_tokens": v1_profile_tokens,
-                       "encoder_bytes": encoder_bytes, "sampler_path": sampler_path})
+                       "encoder_bytes": encoder_bytes, "sampler_path": sampler_path,
+                       "max_num_batched_tokens": max_num_batched_tokens})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,

@@ -431,7 +431,9 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
     mplan = planner.plan_vllm(hf, gpu_mib, n_visible, inst.tensor_parallel_size, inst.max_model_len,
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
                               engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
-                              v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder, sampler_path=sampler_path)
+                              v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder, sampler_path=sampler_path,
+                              enable_chunked_prefill=inst.enable_chunked_prefill,
+                              max_num_batched_tokens=inst.max_num_batched_tokens)
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])

@@ -254,13 +254,15 @@ H100_ROW = "0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H100 80GB HBM3, 
 V100_ROW = MIXED[0]
 
 
-@pytest.mark.parametrize("row, tokens", [(H100_ROW, 8192), (V100_ROW, 2048)])
-def test_vllm_0_19_1_profiles_8192_tokens_on_an_h100_and_2048_on_a_v100(row, tokens):
+@pytest.mark.parametrize("row, tokens, more", [(H100_ROW, 8192, {}), (V100_ROW, 2048, {}),
+                                              (V100_ROW, 8192, {"max_num_batched_tokens": 8192})])
+def test_vllm_0_19_1_profiles_8192_tokens_on_an_h100_and_2048_on_a_v100(row, tokens, more):
     """vLLM 0.19.1's `vllm serve` sizes its V1 profile run by the device's memory (vllm/engine/arg_utils.py
     EngineArgs.get_batch_defaults: default_max_num_batched_tokens[OPENAI_API_SERVER] is 8192 where device_memory >=
     70 GiB, else 2048; the GPU model runner profiles max_num_batched_tokens). An H100 (81559 MiB in all, as
     nvidia-smi prints it) takes 8192, a 32 GB V100 2048: the plan reserves the activation peak of that many tokens,
-    so on the H100 it does not plan the V100's smaller peak (more KV cache than vLLM finds)."""
+    so on the H100 it does not plan the V100's smaller peak (more KV cache than vLLM finds). A user's
+    max_num_batched_tokens replaces that default in vLLM's profile run, and in the plan."""
     import json
 
     from roles.planner.models import hf_model_from_config
@@ -270,7 +272,7 @@ def test_vllm_0_19_1_profiles_8192_tokens_on_an_h100_and_2048_on_a_v100(row, tok
     responses = {**smi([row]), "sys.version_info": ["3.12"],
                  f"test -r {path}/config.json": ["#files", f"{LLAMA_8B_BYTES} model.safetensors", "#index", "",
                                                  "#config", json.dumps(LLAMA_8B)]}
-    data = {"vllm_version": "0.19.1", "vllm_instances": {"l": {"model_path": path, "max_model_len": 8192}}}
+    data = {"vllm_version": "0.19.1", "vllm_instances": {"l": {"model_path": path, "max_model_len": 8192, **more}}}
     inst = planned(data, responses).engines["vllm"].instances[0]
     hf = hf_model_from_config(LLAMA_8B, LLAMA_8B_BYTES)
     # 0.19.1 filters top-k/top-p with its Triton kernel (vllm/v1/sample/ops/topk_topp_sampler.py, from 8 rows)

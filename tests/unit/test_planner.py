@@ -401,17 +401,34 @@ def test_a_config_with_zero_attention_heads_is_a_value_error_naming_the_key_not_
 
 
 def test_vllm_sampler_path_sets_the_logits_copies_and_an_unknown_path_is_refused(shape_14b: HfModel):
-    """The profile peak's sampler term is max_num_seqs x vocab x 4 bytes per fp32 copy: 5 copies on the Triton
-    top-k/top-p path (0.17.1, 0.19.1), 8 where the release sorts (and for V0 or an unread release). So the Triton
-    path plans 3 copies' worth more KV cache at the same settings; a path the planner does not know is an error."""
+    """The profile peak's sampler term is max_num_seqs x vocab x 4 bytes per fp32 copy: 6 on the Triton top-k/top-p
+    path (0.17.1, 0.19.1), 10 where a V1 release sorts (0.10.2), 8 for V0 or a release not read (V0's
+    calibration); a path the planner does not know is an error."""
     from roles.planner.vllm import VLLM_FALLBACK_VOCAB, vllm_sampler_bytes
 
     copy = 64 * (shape_14b.vocab_size or VLLM_FALLBACK_VOCAB) * 4  # this shape states no vocabulary
-    assert vllm_sampler_bytes(shape_14b, 2048, 64, True, "triton") == 5 * copy
-    assert vllm_sampler_bytes(shape_14b, 2048, 64, True, "sort") == vllm_sampler_bytes(shape_14b, 2048, 64) == 8 * copy
+    assert vllm_sampler_bytes(shape_14b, 2048, 64, True, "triton") == 6 * copy
+    assert vllm_sampler_bytes(shape_14b, 2048, 64, True, "sort") == 10 * copy
+    assert vllm_sampler_bytes(shape_14b, 2048, 64) == 8 * copy
     args = (shape_14b, V100_32GB_MIB, 1, 1, 4096, 0.9, "auto", 64)
-    sort = plan_vllm(*args, engine="V1", vllm_version="0.19.1", v1_profile_tokens=2048)
+    sort = plan_vllm(*args, engine="V1", vllm_version="0.10.2", v1_profile_tokens=2048, sampler_path="sort")
     triton = plan_vllm(*args, engine="V1", vllm_version="0.19.1", v1_profile_tokens=2048, sampler_path="triton")
-    assert sort.compute_buffer_bytes - triton.compute_buffer_bytes == 3 * copy
+    assert sort.compute_buffer_bytes - triton.compute_buffer_bytes == 4 * copy
     with pytest.raises(ValueError, match="unknown vLLM sampler_path 'sorted'; known: sort, triton"):
         plan_vllm(*args, engine="V1", sampler_path="sorted")
+
+
+def test_vllm_profiled_tokens_follow_the_users_max_num_batched_tokens():
+    """vLLM's profile run covers max_num_batched_tokens (V1: gpu_model_runner's max_num_tokens; V0: the
+    scheduler's budget), so a user's --max-num-batched-tokens replaces the release's default: V1 8192 on a V100
+    where the release would profile 2048; V0 with chunked prefill its value instead of 512; V0 without chunked
+    prefill at least max_model_len (vLLM requires it). --no-enable-chunked-prefill above 32k profiles the whole
+    max_model_len, not the 512 of vllm serve's default there."""
+    from roles.planner.vllm import vllm_profiled_tokens
+
+    assert vllm_profiled_tokens(4096, "V1", None, 2048) == 2048
+    assert vllm_profiled_tokens(4096, "V1", None, 2048, 8192) == 8192
+    assert vllm_profiled_tokens(65536, "V0", True, None, 4096) == 4096
+    assert vllm_profiled_tokens(65536, "V0") == 512
+    assert vllm_profiled_tokens(65536, "V0", False) == 65536
+    assert vllm_profiled_tokens(4096, "V0", False, None, 16384) == 16384
