@@ -332,3 +332,30 @@ def test_the_open_module_is_refused_for_a_v100_that_nvidia_smi_answers_whatever_
     assert planned(data, smi(T4_ROWS)).driver is not None
     with pytest.raises(SettingsError, match="these GPUs are 7.0"):
         planned({"nvidia_driver_kernel_module": "open"}, smi(T4_ROWS))
+
+
+def test_vllm_v0_without_chunked_prefill_above_32k_is_planned_with_its_whole_length():
+    """vLLM 0.8.5.post1 (V0) under `vllm serve` turns chunked prefill on above a 32k max_model_len and then profiles
+    512 batched tokens (vllm/engine/arg_utils.py; SchedulerConfig's chunked default); with
+    enable_chunked_prefill: false it profiles max_model_len tokens (max_num_batched_tokens = max(max_model_len,
+    2048)). The plan follows the setting: Llama-3.1-8B at 65536 tokens on a 32 GB V100 fits with the default and is
+    refused without chunked prefill, its refusal naming the activation peak of 65536 tokens."""
+    import json
+
+    from roles.planner.models import hf_model_from_config
+    from roles.planner.vllm import VLLM_NON_TORCH_BYTES, vllm_activation_bytes
+
+    path = "/srv/models/llama-3.1-8b"
+    responses = {**smi([V100_ROW]), "sys.version_info": ["3.12"],
+                 f"test -r {path}/config.json": ["#files", f"{LLAMA_8B_BYTES} model.safetensors", "#index", "",
+                                                 "#config", json.dumps(LLAMA_8B)]}
+    hf = hf_model_from_config(LLAMA_8B, LLAMA_8B_BYTES)
+    inst_ = {"model_path": path, "max_model_len": 65536, "gpu_memory_utilization": 0.95}
+    data = {"vllm_version": "0.8.5.post1", "vllm_instances": {"l": inst_}}
+    memory = planned(data, responses).engines["vllm"].instances[0].memory
+    assert memory.compute_buffer_bytes == vllm_activation_bytes(hf, 1, 512, 64, True) + VLLM_NON_TORCH_BYTES
+    whole = vllm_activation_bytes(hf, 1, 65536, 64, True) + VLLM_NON_TORCH_BYTES
+    inst_["enable_chunked_prefill"] = False
+    with pytest.raises(SettingsError) as e:
+        planned(data, responses)
+    assert f"activation peak and non-torch memory {round(whole / MIB):,} MiB" in str(e.value)
