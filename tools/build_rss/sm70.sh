@@ -6,16 +6,20 @@
 # Needs root, systemd-nspawn and the lab cache (/var/cache/v100kit-lab: the trixie image, its apt cache, the 0.3.36
 # sdist; `make test` fills it). Not a lab run: never beside one (two CUDA builds on 2 cores). About 25 minutes at
 # -j2 on 2 cores. Output in $NVRSS_DIR/root/w/nvcc-rss-sm70-cuda12.4.tsv.
-set -x
+set -ex
 W=${NVRSS_DIR:-/var/tmp/nvrss}; R=$W/root; REPO=$(cd "$(dirname "$0")/../.." && pwd)
-[ -d $R/usr ] || { mkdir -p $R && tar xf "$(ls /var/cache/v100kit-lab/images/trixie-*.tar | tail -1)" -C $R; }
-mkdir -p $R/w && cp $REPO/tools/gpu/bench/rss.py $R/w/ && tar xzf /var/cache/v100kit-lab/src/llama_cpp_python-0.3.36.tar.gz -C $R/w
-systemd-nspawn -q -D $R --register=no --keep-unit -M nvrss --bind=/var/cache/v100kit-lab/apt/trixie:/var/cache/apt/archives --pipe bash -c '
+C=${V100KIT_LAB_CACHE:-/var/cache/v100kit-lab}
+# the toolkit the role pins on Debian 13 (roles/cuda/versions.py DISTRO_TOOLKITS)
+TK=$(cd "$REPO" && python3 -c 'from roles.cuda.versions import DISTRO_TOOLKITS as d; print(d["debian13"].packages["nvidia-cuda-toolkit"])')
+[ -d $R/usr ] || { mkdir -p $R && tar xf "$(ls $C/images/trixie-*.tar | tail -1)" -C $R; }
+mkdir -p $R/w && cp $REPO/tools/gpu/bench/rss.py $R/w/ && tar xzf $C/src/llama_cpp_python-0.3.36.tar.gz -C $R/w
+rm -rf $R/w/b $R/w/nvcc-rss-sm70-cuda12.4.tsv  # a second run measures every object again
+systemd-nspawn -q -D $R --register=no --keep-unit -M nvrss --bind=$C/apt/trixie:/var/cache/apt/archives --pipe bash -c '
 set -ex
 export DEBIAN_FRONTEND=noninteractive
 grep -q non-free /etc/apt/sources.list.d/* /etc/apt/sources.list 2>/dev/null || echo "deb http://deb.debian.org/debian trixie main contrib non-free non-free-firmware" > /etc/apt/sources.list.d/nf.list
 apt-get update -q
-apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit g++-13 cmake make libc6-dev
+apt-get install -y -q --no-install-recommends nvidia-cuda-toolkit='$TK' g++-13 cmake make libc6-dev
 nvcc --version | tail -2
 S=$(ls -d /w/llama_cpp_python-0.3.36/vendor/llama.cpp)
 cmake -S $S -B /w/b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=70 -DCMAKE_CUDA_COMPILER=/usr/bin/nvcc \
