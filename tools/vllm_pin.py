@@ -269,7 +269,8 @@ def changes(old: dict, new: dict) -> list[str]:
     line("--kv-cache-dtype on Volta", ok, nk)
     line("--kv-cache-dtype accepted", of.get("kv_cache_dtypes"), nf.get("kv_cache_dtypes"))
     line("profile tokens (vllm serve, V1)", of.get("profile_tokens"), nf.get("profile_tokens"))
-    line("profile tokens on large GPUs ([GiB, tokens])", of.get("profile_tokens_large"), nf.get("profile_tokens_large"))
+    line("profile tokens on large GPUs ([GiB, tokens, names kept below])", of.get("profile_tokens_large"),
+         nf.get("profile_tokens_large"))
     line("V1 sampler's top-k/top-p", of.get("sampler_path"), nf.get("sampler_path"))
     oflags, nflags = set(old.get("flags") or []), set(new.get("flags") or [])
     if oflags != nflags:

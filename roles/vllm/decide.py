@@ -508,11 +508,12 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
         if not more:
             problems += (more := encoder_problems(key, inst, config, rel))
         if not more and inst.tensor_parallel_size <= visible:
-            # the engine's own device decides the profile tokens (arg_utils.py: its total memory); the largest GPU
-            # given is the side that profiles more, so reserves more
-            total = max((g["memory_mib"] for g in used), default=settings.gpu_memory_mib)
+            # the engine's own device decides the profile tokens (arg_utils.py: its total memory and name); the
+            # most any GPU given would profile is the side that reserves more
+            tokens = max((rel.profile_tokens_on(g["memory_mib"], g["name"]) or 0 for g in used), default=0) \
+                or rel.profile_tokens_on(settings.gpu_memory_mib)
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
-                                 rel.version, pipeline_parallel, rel.profile_tokens_on(total), encoder_bytes(inst),
+                                 rel.version, pipeline_parallel, tokens, encoder_bytes(inst),
                                  rel.sampler_path_for(inst.max_num_seqs))
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"

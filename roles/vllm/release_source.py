@@ -82,9 +82,9 @@ class VoltaFacts:
     profile_tokens: int | None  # V1 `vllm serve` profile tokens on a V100; None for V0 (max_model_len rule)
     profile_tokens_source: str
     env: dict[str, str | None] = field(default_factory=dict)  # variable -> default where the release has it
-    #: (threshold GiB, tokens) of V1's profile run on GPUs of at least that memory (large_gpu_profile_tokens); None
-    #: for V0
-    profile_tokens_large: tuple[int, int] | None = None
+    #: (threshold GiB, tokens, device-name substrings kept below it) of V1's profile run on GPUs of at least that
+    #: memory (large_gpu_profile_tokens); None for V0
+    profile_tokens_large: tuple[int, int, tuple[str, ...]] | None = None
     #: the V1 sampler's top-k/top-p path (sampler_path): "triton" from `sampler_triton_rows` rows on, or "sort";
     #: None for V0
     sampler_path: str | None = None
@@ -101,7 +101,8 @@ class VoltaFacts:
             "volta_kv_cache_dtypes": {k: list(v) for k, v in self.volta_kv_cache_dtypes.items()},
             "volta_kv_cache_dtypes_source": self.volta_kv_cache_dtypes_source,
             "profile_tokens": self.profile_tokens, "profile_tokens_source": self.profile_tokens_source,
-            "profile_tokens_large": list(self.profile_tokens_large) if self.profile_tokens_large else None,
+            "profile_tokens_large": ([*self.profile_tokens_large[:2], list(self.profile_tokens_large[2])]
+                                     if self.profile_tokens_large else None),
             "sampler_path": self.sampler_path, "sampler_triton_rows": self.sampler_triton_rows,
             "sampler_path_source": self.sampler_path_source,
             "env": self.env,
@@ -456,8 +457,10 @@ def _dict_value(d: ast.Dict, attr: str) -> int | None:
 
 
 def _memory_branch(files: Mapping[str, str]):
-    """(threshold GiB, the `if device_memory >= N * GiB_bytes` node, its function's name, the path) of
-    arg_utils.py's device-memory default. Raises SourceShapeError where the code has another shape."""
+    """(threshold GiB, the `if device_memory >= N * GiB_bytes` node, its function's name, the path, the device-name
+    substrings that keep a GPU on the small branch whatever its memory: `and "a100" not in device_name`, vLLM's
+    lower-cased device name) of arg_utils.py's device-memory default. Raises SourceShapeError where the code has
+    another shape."""
     runner = files.get("vllm/v1/worker/gpu_model_runner.py", "")
     if "self.max_num_tokens = scheduler_config.max_num_batched_tokens" not in runner:
         raise SourceShapeError("vllm/v1/worker/gpu_model_runner.py: the profile run's token count is not "
@@ -473,7 +476,14 @@ def _memory_branch(files: Mapping[str, str]):
             raise SourceShapeError(f"{path}: unknown device memory test {ast.unparse(n.test)!r}")
         fn = next((f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
                    and any(x is n for x in ast.walk(f))), "?")
-        return test.comparators[0].left.value, n, fn, path
+        excluded = []
+        for more in (n.test.values[1:] if isinstance(n.test, ast.BoolOp) else []):
+            if not (isinstance(n.test.op, ast.And) and isinstance(more, ast.Compare)
+                    and isinstance(more.left, ast.Constant) and isinstance(more.left.value, str)
+                    and isinstance(more.ops[0], ast.NotIn) and ast.unparse(more.comparators[0]) == "device_name"):
+                raise SourceShapeError(f"{path}: unknown device memory test {ast.unparse(n.test)!r}")
+            excluded.append(more.left.value)
+        return test.comparators[0].left.value, n, fn, path, tuple(excluded)
     raise SourceShapeError(f"{path}: no device-memory default for max_num_batched_tokens")
 
 
@@ -482,7 +492,7 @@ def profile_tokens(files: Mapping[str, str], memory_gib: int = VOLTA_MAX_MEMORY_
     UsageContext.OPENAI_API_SERVER in the branch of `if device_memory >= N * GiB_bytes ...` that such a GPU takes,
     given that the V1 GPU model runner profiles scheduler_config.max_num_batched_tokens. Raises SourceShapeError
     where the code has another shape."""
-    threshold, n, fn, path = _memory_branch(files)
+    threshold, n, fn, path, _ = _memory_branch(files)
     branch = n.body if memory_gib >= threshold else n.orelse
     for s in branch:
         target = s.targets[0] if isinstance(s, ast.Assign) else getattr(s, "target", None)
@@ -497,12 +507,14 @@ def profile_tokens(files: Mapping[str, str], memory_gib: int = VOLTA_MAX_MEMORY_
     raise SourceShapeError(f"{path}: no device-memory default for max_num_batched_tokens")
 
 
-def large_gpu_profile_tokens(files: Mapping[str, str]) -> tuple[int, int]:
-    """(threshold GiB, tokens): from a GPU of that much memory on (vLLM compares the device's total memory, bytes,
-    with threshold x GiB_bytes), `vllm serve`'s V1 profile run takes the other branch of profile_tokens, e.g. (70,
-    8192) in 0.19.1 for an H100 or H200, where a V100 gets 2048. Raises SourceShapeError as profile_tokens does."""
-    threshold = _memory_branch(files)[0]
-    return threshold, profile_tokens(files, memory_gib=threshold)[0]
+def large_gpu_profile_tokens(files: Mapping[str, str]) -> tuple[int, int, tuple[str, ...]]:
+    """(threshold GiB, tokens, device-name substrings excluded): from a GPU of that much memory on (vLLM compares
+    the device's total memory, bytes, with threshold x GiB_bytes), unless its lower-cased name contains one of the
+    substrings, `vllm serve`'s V1 profile run takes the other branch of profile_tokens, e.g. (70, 8192, ("a100",))
+    in 0.19.1: an H100 or H200 gets 8192, an A100-80GB and a V100 2048. Raises SourceShapeError as profile_tokens
+    does."""
+    threshold, *_, excluded = _memory_branch(files)
+    return threshold, profile_tokens(files, memory_gib=threshold)[0], excluded
 
 
 def sampler_path(files: Mapping[str, str]) -> tuple[str, int | None, str]:

@@ -77,9 +77,10 @@ class VllmRelease:
     attention_backend: str = ""
     head_sizes: HeadSizes = HeadSizes()
     profile_tokens: int | None = None
-    #: (threshold GiB, tokens): V1's profile tokens on a GPU of at least that much memory (an H100 or H200 takes
-    #: arg_utils.py's other branch); None: profile_tokens on every GPU
-    profile_tokens_large: tuple[int, int] | None = None
+    #: (threshold GiB, tokens, device-name substrings): V1's profile tokens on a GPU of at least that much memory
+    #: whose lower-cased name has none of the substrings (an H100 or H200 takes arg_utils.py's other branch, an
+    #: A100-80GB does not); None: profile_tokens on every GPU
+    profile_tokens_large: tuple[int, int, tuple[str, ...]] | None = None
     #: how the V1 sampler filters top-k/top-p in the profile run (release_source.sampler_path): "triton" from
     #: sampler_triton_rows rows on, else "sort"; None (V0): the planner's calibrated default
     sampler_path: str | None = None
@@ -96,12 +97,14 @@ class VllmRelease:
         """files/vllm/vllm-<version>-py<python>.txt."""
         return LOCK_DIR / f"vllm-{self.version}-py{python}.txt"
 
-    def profile_tokens_on(self, memory_mib: int) -> int | None:
+    def profile_tokens_on(self, memory_mib: int, name: str = "") -> int | None:
         """V1's profile tokens under `vllm serve` on a GPU of `memory_mib` MiB in all (nvidia-smi's memory.total;
-        vLLM compares the device's total memory with threshold x GiB): profile_tokens_large's tokens from its
-        threshold on, else profile_tokens (None: V0, whose count follows max_model_len)."""
-        if self.profile_tokens_large and memory_mib * (1 << 20) >= self.profile_tokens_large[0] * (1 << 30):
-            return self.profile_tokens_large[1]
+        vLLM compares the device's total memory with threshold x GiB) named `name` (nvidia-smi's; vLLM lower-cases
+        it): profile_tokens_large's tokens from its threshold on where the name has none of its substrings, else
+        profile_tokens (None: V0, whose count follows max_model_len)."""
+        large = self.profile_tokens_large
+        if large and memory_mib * (1 << 20) >= large[0] * (1 << 30) and not any(x in name.lower() for x in large[2]):
+            return large[1]
         return self.profile_tokens
 
     def sampler_path_for(self, max_num_seqs: int) -> str | None:
@@ -149,12 +152,12 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
                       "vllm-0.10.2-py3.12.sm70.json, docs/vllm-sm70.md)"),
         head_sizes=HeadSizes((32, 64, 96, 128, 160, 192, 224, 256), source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.get_supported_head_sizes")),
-        profile_tokens=2048, profile_tokens_large=(70, 8192), sampler_path="sort",
+        profile_tokens=2048, profile_tokens_large=(70, 8192, ("a100",)), sampler_path="sort",
         sources={"attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls: VLLM_ATTENTION_BACKEND "
                                       "TRITON_ATTN_VLLM_V1 -> triton_attn.TritonAttentionBackend (the default below "
                                       "8.0 is flex_attention.FlexAttentionBackend)",
                  "profile_tokens": "vllm/engine/arg_utils.py default_max_num_batched_tokens[OPENAI_API_SERVER] "
-                                   "for device memory < 70 GiB, 8192 from 70 GiB"}),
+                                   "for device memory < 70 GiB, 8192 from 70 GiB but on an A100"}),
     # The newest release that installs from PyPI wheels with an sm_70 torch (tools/vllm_pin.py --survey: 0.20.0 and
     # later pin torch 2.11+, whose PyPI wheels are cu130 without sm_70, and their vLLM _C has no sm_70 either). V100
     # owners run ~0.19 (KumphanartDansiri/v100-vllm-2026). torch 2.10.0 cu128 keeps sm_70 (TORCH_SM70); the wheel is
@@ -174,7 +177,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         attention_backend="TRITON_ATTN",
         head_sizes=HeadSizes(minimum=32, source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.supports_head_size")),
-        profile_tokens=2048, profile_tokens_large=(70, 8192), sampler_path="triton", sampler_triton_rows=8,
+        profile_tokens=2048, profile_tokens_large=(70, 8192, ("a100",)), sampler_path="triton", sampler_triton_rows=8,
         volta_args=("--attention-backend", "TRITON_ATTN", "--compilation-config.cudagraph_mode=FULL_DECODE_ONLY"),
         vision_args=("--skip-mm-profiling",),
         start_timeout_s=1800,
@@ -188,7 +191,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
                  "start_timeout_s": "vllm/envs.py VLLM_ENGINE_READY_TIMEOUT_S (600); humanjesse/vllm-v100 (first "
                                     "requests JIT Triton kernels for minutes)",
                  "profile_tokens": "vllm/engine/arg_utils.py get_batch_defaults: OPENAI_API_SERVER 2048 below 70 GiB, "
-                                   "8192 from 70 GiB"}),
+                                   "8192 from 70 GiB but on an A100"}),
 }
 
 #: The first vLLM release whose PyPI wheels lack sm_70 machine code, and what the check found (major, minor). From

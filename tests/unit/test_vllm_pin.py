@@ -74,7 +74,16 @@ def test_profile_tokens_follow_the_memory_branch():
     """The same code on a GPU of 80 GiB takes the other branch: 8192 (arg_utils.py get_batch_defaults)."""
     assert rs.profile_tokens(files("0.19.1"), memory_gib=80)[0] == 8192
     assert rs.profile_tokens(files("0.19.1"), memory_gib=16)[0] == 2048
-    assert rs.large_gpu_profile_tokens(files("0.19.1")) == (70, 8192)
+    # `if device_memory >= 70 * GiB_bytes and "a100" not in device_name:` (excerpt line 36)
+    assert rs.large_gpu_profile_tokens(files("0.19.1")) == (70, 8192, ("a100",))
+    rel = VLLM_RELEASES["0.19.1"]
+    assert [rel.profile_tokens_on(m, n) for m, n in ((81559, "NVIDIA H100 80GB HBM3"), (71680, "x"), (71679, "x"),
+            (81920, "NVIDIA A100-SXM4-80GB"), (32510, "Tesla V100-SXM2-32GB"))] == [8192, 8192, 2048, 2048, 2048]
+    g = files("0.19.1")
+    g["vllm/engine/arg_utils.py"] = g["vllm/engine/arg_utils.py"].replace('and "a100" not in device_name',
+                                                                          "and device_memory > 0")
+    with pytest.raises(rs.SourceShapeError, match="unknown device memory test"):
+        rs.large_gpu_profile_tokens(g)
     assert rs.profile_tokens(files("0.19.1"), memory_gib=69)[0] == 2048  # the branch is ">= 70 * GiB_bytes"
 
 
@@ -130,7 +139,8 @@ def test_the_release_table_holds_what_the_code_says():
         assert rel.kv_cache_dtypes == f.volta_kv_cache_dtypes[rel.attention_backend]
         assert rel.profile_tokens == f.profile_tokens == data["facts"]["profile_tokens"]
         large = data["facts"]["profile_tokens_large"]
-        assert rel.profile_tokens_large == f.profile_tokens_large == (tuple(large) if large else None)
+        assert rel.profile_tokens_large == f.profile_tokens_large == (
+            (large[0], large[1], tuple(large[2])) if large else None)
         assert (rel.sampler_path, rel.sampler_triton_rows) == (f.sampler_path, f.sampler_triton_rows) \
             == (data["facts"]["sampler_path"], data["facts"]["sampler_triton_rows"])
         assert rel.engine == f.engine == data["facts"]["engine"]
@@ -146,7 +156,7 @@ def test_what_changed_names_each_difference():
     assert "head sizes: 32, 64, 80, 96, 112, 120, 128, 192, 256 -> 32, 64, 96, 128, 160, 192, 224, 256" in lines
     assert "--kv-cache-dtype on Volta: ['auto', 'fp8_e5m2'] -> ['auto']" in lines
     assert "profile tokens (vllm serve, V1): None -> 2048" in lines
-    assert "profile tokens on large GPUs ([GiB, tokens]): None -> [70, 8192]" in lines
+    assert "profile tokens on large GPUs ([GiB, tokens, names kept below]): None -> [70, 8192, ['a100']]" in lines
     assert "V1 sampler's top-k/top-p: None -> sort" in lines
     flags = next(line for line in lines if line.startswith("flags:"))
     assert "--skip-mm-profiling" in flags.split("removed")[0] and vllm_pin.changes(old, old) == []
