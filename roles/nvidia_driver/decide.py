@@ -45,11 +45,12 @@ def with_gpu_capability(settings: Settings, gpus: list) -> Settings:
     not listed, and a row without a capability is dropped). So a V100 answering 7.0 under gpu_compute_capability
     7.5 is refused the open module and the branches after R580, which would lose it; where no GPU answers the
     setting decides."""
-    caps = [tuple(int(x) for x in g["compute_cap"].split(".")) for g in gpus]
-    setting = tuple(int(x) for x in settings.gpu_compute_capability.split("."))
-    if not caps or min(caps) >= setting:
+    from roles.engines import compute_capability as lowest_of  # the lowest of `gpus`, else the setting
+
+    lowest = lowest_of(settings, gpus)
+    if lowest >= compute_capability(settings):
         return settings
-    return settings.model_copy(update={"gpu_compute_capability": "{}.{}".format(*min(caps))})
+    return settings.model_copy(update={"gpu_compute_capability": "{}.{}".format(*lowest)})
 
 
 def compute_capability(settings: Settings) -> tuple[int, int]:

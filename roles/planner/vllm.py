@@ -165,8 +165,7 @@ def vllm_sampler_bytes(model: HfModel, tokens: int, max_num_seqs: int, sampler_p
                        sampler_path: str | None = None) -> int:
     """The sampler's share of the profile peak on the rank that samples (bytes): the path's fp32 copies
     (VLLM_SAMPLER_PATHS: "triton" 6, "sort" 10; None: VLLM_SAMPLER_FP32_COPIES, 8) of one row of logits per
-    profiled sequence (at most one
-    sequence per profiled token); 0 for releases whose profile run does not sample. Raises KeyError for a path not
+    profiled sequence (at most one sequence per profiled token); 0 for releases whose profile run does not sample. Raises KeyError for a path not
     in VLLM_SAMPLER_PATHS."""
     if not sampler_profiled:
         return 0

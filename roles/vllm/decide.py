@@ -166,8 +166,10 @@ def model_problems(key: str, inst: VllmInstance, config: dict, cc: tuple[int, in
 def locked_packages(text: str) -> dict[str, str]:
     """The packages a lock file pins ("name==version" lines of tools/lock_vllm.py's output): {name normalized as
     PEP 503 does (lower case, runs of -_. as one -): version as pinned}."""
+    from packaging.utils import canonicalize_name
+
     names = (re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ \\;]+)", line) for line in text.splitlines())
-    return {re.sub(r"[-_.]+", "-", m[1]).lower(): m[2] for m in names if m}
+    return {canonicalize_name(m[1]): m[2] for m in names if m}
 
 
 def quant_package_problems(key: str, config: dict, rel: VllmRelease, lock_name: str,
@@ -189,7 +191,9 @@ def quant_package_problems(key: str, config: dict, rel: VllmRelease, lock_name: 
     if package is None:
         return [problem(f"{key}.model", f"quant_method {method}", f"vLLM {rel.version} has no {method} method "
                         f"({where})", f"use {other}, or another vllm_version")]
-    pinned = locked.get(re.sub(r"[-_.]+", "-", package).lower())
+    from packaging.utils import canonicalize_name
+
+    pinned = locked.get(canonicalize_name(package))
     if pinned is None:
         return [problem(f"{key}.model", f"quant_method {method}",
                         f"vLLM {rel.version} imports {package}>={minimum} for it (vllm/model_executor/layers/"
