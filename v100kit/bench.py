@@ -1,4 +1,4 @@
-"""v100kit bench INVENTORY [--json] [--report DIR] [--sweep] [--limit HOST ...] [the load: --depths 0,16384
+"""v100kit bench INVENTORY [--json] [--report DIR] [--sweep [--sweep-only LABEL] [--sweep-rounds N]] [--limit HOST ...] [the load: --depths 0,16384
 --output-tokens N --concurrency 1,8,16 --requests N --time-limit-s S ...]: measure what each host serves.
 
 Per llama-server@NAME and vllm@NAME instance: GPU residency (nvidia-smi --query-compute-apps; for llama.cpp also
@@ -186,7 +186,8 @@ def vram_sampler(host, root: int, sole: bool):
 
 
 def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Load, do_sweep: bool,
-                   sweep_load: Load = SWEEP_LOAD, sweep_only: tuple[str, ...] = ()) -> InstanceBench:
+                   sweep_load: Load = SWEEP_LOAD, sweep_only: tuple[str, ...] = (),
+                   sweep_rounds: int = 1) -> InstanceBench:
     """Measure one instance (see the module's docstring) of the engine labelled `engine` (Engine.name; raises
     UnknownEngine for a name the registry lacks) through its BenchHooks."""
     from roles.bench.facts import InstanceEvidence
@@ -241,7 +242,7 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
         i.rooflines = _roofline(i, inst.memory, gpu, load,
                                 lambda m: hooks.roofline(plan, inst, m, tp))
         if do_sweep and hooks.sweep is not None:
-            _sweep(host, plan, inst, i, url, sweep_load, sole, sweep_only)
+            _sweep(host, plan, inst, i, url, sweep_load, sole, sweep_only, sweep_rounds)
     finally:
         if tunnel is not None:
             tunnel.close()
@@ -249,19 +250,19 @@ def bench_instance(host, plan: HostPlan, engine: str, inst, sole: bool, load: Lo
 
 
 def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = SWEEP_LOAD,
-           sole: bool = True, only: tuple[str, ...] = ()) -> None:
+           sole: bool = True, only: tuple[str, ...] = (), rounds: int = 1) -> None:
     """--sweep of one llama.cpp instance: roles/bench/sweep.py run with HostControl, each flag set measured with
-    `load` (every depth and concurrency) and its peak VRAM sampled; its bound said before it starts; results into
-    `i`."""
+    `load` (every depth and concurrency) `rounds` times and its peak VRAM sampled; its bound said before it starts;
+    results into `i`."""
     engine = by_unit(i.unit)
     binary, args, flash_attn_style = engine.bench.sweep(plan, inst)
     settings = plan.settings
     control = HostControl(host, i.unit, binary, settings.base_service_user,
                           settings.base_service_home, engine.key_file(inst.name), url, inst.api_key)
     alts = sweeping.alternatives(args, flash_attn_style, only)
-    i.sweep_bound = b = sweeping.bound(len(alts), load, START_TIMEOUT_S)
+    i.sweep_bound = b = sweeping.bound(len(alts), load, START_TIMEOUT_S, rounds)
     say(f"{host.name} {i.unit}: sweep of {b['alternatives']} flag sets x {b['depths']} depths x {b['levels']} "
-        f"levels: at most {b['max_requests']} requests and {b['max_seconds']:.0f} s")
+        f"levels{report.rounds_text(b)}: at most {b['max_requests']} requests and {b['max_seconds']:.0f} s")
 
     def measure(handle) -> dict:
         levels, _ = loadgen.measure(url, inst.api_key, inst.name, load, lambda line: say(f"{i.unit}: {line}"),
@@ -271,12 +272,13 @@ def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = 
                 "peak_vram_note": "; ".join(dict.fromkeys(lv.peak_vram_note for lv in levels if lv.peak_vram_note))}
 
     runs = sweeping.run(control, alts, measure, lambda line: say(f"{host.name} {i.unit}: {line}"),
-                        lambda line: keep(f"{host.name} {i.unit}: {line}"))
+                        lambda line: keep(f"{host.name} {i.unit}: {line}"), rounds)
     i.sweep, i.sweep_ratios = runs, sweeping.ratios(runs)
 
 
 def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False,
-               sweep_load: Load = SWEEP_LOAD, sweep_only: tuple[str, ...] = ()) -> list[InstanceBench]:
+               sweep_load: Load = SWEEP_LOAD, sweep_only: tuple[str, ...] = (),
+               sweep_rounds: int = 1) -> list[InstanceBench]:
     """Every llama-server@ and vllm@ instance of one host, in unit order. A Ray cluster's instances are measured
     at their endpoint on the head only (a worker serves none)."""
     instances = [(engine.name, x) for engine, p in plan.engine_plans() for x in engine.served(p)]
@@ -284,7 +286,7 @@ def bench_host(host, plan: HostPlan, load: Load = LOAD, do_sweep: bool = False,
     for engine, inst in instances:
         try:
             out.append(bench_instance(host, plan, engine, inst, len(instances) == 1, load, do_sweep, sweep_load,
-                                      sweep_only))
+                                      sweep_only, sweep_rounds))
         except Exception as e:  # one instance's failure (a host command, the sweep's restart) is its flag
             unit = by_name(engine).unit_of(inst.name)
             out.append(InstanceBench(host.name, unit, engine, residency="not measured",
@@ -383,6 +385,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep-only", action="append", default=[], metavar="LABEL",
                    help="with --sweep: measure only this flag set beside the default (repeatable; one of "
                         + ", ".join(repr(x) for x in sweeping.LABELS if x != "default") + ")")
+    p.add_argument("--sweep-rounds", type=_number("--sweep-rounds", int), default=1, metavar="N",
+                   help="with --sweep: measure every flag set N times, each from its own start, in rotating order, "
+                        "and compare the medians (default 1; starts of the same flags differ by up to 9 %% in "
+                        "single-stream decode at 16k-token prompts on an H100, tools/gpu/README.md)")
     load = p.add_argument_group("the load (checked before any request is sent)")
     depth = load.add_mutually_exclusive_group()
     for option, _, kind, metavar, help_ in LOAD_OPTIONS:
@@ -398,6 +404,11 @@ def run(args: argparse.Namespace) -> int:
         only = tuple(args.sweep_only)
         if only and not args.sweep:
             raise ValueError(f"--sweep-only {only[0]!r} needs --sweep")
+        if args.sweep_rounds != 1 and not args.sweep:
+            raise ValueError(f"--sweep-rounds {args.sweep_rounds} needs --sweep")
+        if args.sweep_rounds < 1:
+            raise ValueError(f"--sweep-rounds {args.sweep_rounds}: give 1 or more (each flag set measured that "
+                             "many times)")
         sweeping.alternatives("", "value", only)  # an unknown label: refused before any request
     except ValueError as e:
         print(f"v100kit bench: {e}", file=sys.stderr)
@@ -405,16 +416,18 @@ def run(args: argparse.Namespace) -> int:
     say(f"bench: per instance at most {load.max_requests} requests and {load.max_seconds:.0f} s "
         f"(depths {','.join(map(str, load.depths))} x concurrency {','.join(map(str, load.concurrency))})")
     if args.sweep:
-        b = sweeping.bound(len(set(only) | {"default"}) if only else MAX_ALTERNATIVES, sweep_load, START_TIMEOUT_S)
-        say(f"bench --sweep: then per llama.cpp instance at most {b['alternatives']} flag sets x {b['depths']} depths"
-            f" x {b['levels']} levels (concurrency {','.join(map(str, sweep_load.concurrency))}) x at least "
+        b = sweeping.bound(len(set(only) | {"default"}) if only else MAX_ALTERNATIVES, sweep_load, START_TIMEOUT_S,
+                           args.sweep_rounds)
+        say(f"bench --sweep: then per llama.cpp instance at most {b['alternatives']} flag sets{report.rounds_text(b)} x "
+            f"{b['depths']} depths x {b['levels']} levels (concurrency {','.join(map(str, sweep_load.concurrency))}) x at least "
             f"{sweep_load.requests_per_level} requests: at most {b['max_requests']} requests and "
             f"{b['max_seconds']:.0f} s")
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     started = time.monotonic()
     results = for_each_host(args.inventory, args.limit,
-                            lambda host, plan: bench_host(host, plan, load, args.sweep, sweep_load, only))
+                            lambda host, plan: bench_host(host, plan, load, args.sweep, sweep_load, only,
+                                                          args.sweep_rounds))
     say(f"bench done in {time.monotonic() - started:.0f} s")
     if sys.stderr.isatty():
         sys.stderr.write("\n")

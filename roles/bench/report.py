@@ -156,7 +156,7 @@ def table(results: dict[str, list[InstanceBench] | str], concurrency: tuple[int,
             lines += [f"   {i.unit}: peak VRAM not measured: {n}" for n in sorted(notes)]
             if i.sweep_bound:
                 b = i.sweep_bound
-                lines.append(f"   {i.unit}: sweep of {b['alternatives']} flag sets (at most {b['max_requests']} "
+                lines.append(f"   {i.unit}: sweep of {b['alternatives']} flag sets{rounds_text(b)} (at most {b['max_requests']} "
                              f"requests, {b['max_seconds']:.0f} s)")
             for s in i.sweep or []:
                 if s.get("error"):
@@ -227,13 +227,18 @@ def markdown(host: str, rows: list[InstanceBench], load: Load, png_name: str) ->
     return "\n".join(out) + "\n"
 
 
+def rounds_text(bound: dict) -> str:
+    """" x N rounds (medians)" of a sweep.bound measuring each flag set more than once, else ""."""
+    return f" x {bound['rounds']} rounds (medians)" if bound.get("rounds", 1) > 1 else ""
+
+
 def _sweep_markdown(i: InstanceBench) -> list[str]:
     """The sweep of one instance: its bound, each flag set measured (a column per flag set, a row per figure), and
     the comparison per figure and depth (default, best, the best's label, ratio)."""
     out = [""]
     if i.sweep_bound:
         b = i.sweep_bound
-        out += [f"Sweep: {b['alternatives']} flag sets x {b['depths']} depths x {b['levels']} levels: at most "
+        out += [f"Sweep: {b['alternatives']} flag sets{rounds_text(b)} x {b['depths']} depths x {b['levels']} levels: at most "
                 f"{b['max_requests']} requests and {b['max_seconds']:.0f} s (starts included).", ""]
     out += ["| flag set | flags | peak VRAM MiB | note |", "| --- | --- | ---: | --- |"]
     out += [f"| {s['label']} | `{s['flags']}` | {_f(s.get('peak_vram_mib'), '.0f')} | {s.get('error') or ''} |"

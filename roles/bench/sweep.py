@@ -11,6 +11,7 @@ started. Pure: the host is reached through a Control that the command gives (tes
 from __future__ import annotations
 
 import shlex
+import statistics
 from typing import Callable, Protocol
 
 #: llama-server's physical batch default (-ub), tokens: common/common.h n_ubatch = 512 in the 0.3.16 and 0.3.36
@@ -203,9 +204,12 @@ def figures_of(levels) -> list[dict]:
 
 def shown(f: dict) -> str:
     """One figure of figures_of as the sweep shows it everywhere (progress line, report, comparison): its value to
-    one decimal, or "- (why)" where no request measured it ("-" without a why)."""
+    one decimal, or "- (why)" where no request measured it ("-" without a why); a median of several rounds
+    (combined) with its rounds' values: "520.0 (505.6/551.7/520.0)"."""
     if f.get("value") is None:
         return f"- ({f['why']})" if f.get("why") else "-"
+    if len(f.get("values") or ()) > 1:
+        return f"{f['value']:.1f} ({'/'.join(f'{v:.1f}' for v in f['values'])})"
     return f"{f['value']:.1f}"
 
 
@@ -247,57 +251,114 @@ def ratios(runs: list[dict]) -> list[dict]:
     return out
 
 
-def bound(n_alternatives: int, load, start_timeout_s: float) -> dict:
+def bound(n_alternatives: int, load, start_timeout_s: float, rounds: int = 1) -> dict:
     """The sweep's bound on one instance: every alternative gets `load` (figures.Load: depths x levels x requests)
-    after a start of at most `start_timeout_s`."""
+    after a start of at most `start_timeout_s`, `rounds` times."""
     return {"alternatives": n_alternatives, "depths": len(load.depths), "levels": len(load.concurrency),
-            "max_requests": n_alternatives * load.max_requests,
-            "max_seconds": n_alternatives * (load.max_seconds + start_timeout_s)}
+            "rounds": rounds, "max_requests": rounds * n_alternatives * load.max_requests,
+            "max_seconds": rounds * n_alternatives * (load.max_seconds + start_timeout_s)}
+
+
+def combined(measured: list[dict]) -> dict:
+    """One flag set's figures over its rounds (each a measure() result, or {"error": str} for a round that failed):
+    {"figures": per figure (figures_of's keys, in the first measured round's order) the median of the rounds that
+    measured it, with "values": each of those rounds' values in round order; a figure no round measured keeps the
+    last round's "why"} or None when no round measured, "error": "" when a round measured, else the last round's
+    error, "peak_vram_mib": the highest of the rounds' (None when none sampled it), "peak_vram_note": the rounds'
+    distinct notes}. Why medians: one start of a flag set against another start of the same flags differs by up to
+    9 % in single-stream decode at 16384-token prompts on the H100 (tools/gpu/README.md, "Noise between starts"),
+    so a single round's best is partly the luckiest start."""
+    good = [m for m in measured if m.get("figures") is not None]
+    out = {"error": "" if good else next((m["error"] for m in reversed(measured) if m.get("error")), ""),
+           "figures": None,
+           "peak_vram_mib": max((m["peak_vram_mib"] for m in measured if m.get("peak_vram_mib") is not None),
+                                default=None),
+           "peak_vram_note": "; ".join(dict.fromkeys(m["peak_vram_note"] for m in measured
+                                                     if m.get("peak_vram_note")))}
+    if not good:
+        return out
+    keys = list(dict.fromkeys(_key(f) for m in good for f in m["figures"]))
+    figures = []
+    for k in keys:
+        at = [f for m in good for f in m["figures"] if _key(f) == k]
+        values = [f["value"] for f in at if f.get("value") is not None]
+        if values:
+            figures.append({"figure": k[0], "depth": k[1], "concurrency": k[2], "value": statistics.median(values),
+                            "values": values})
+        else:
+            figures.append(at[-1])
+    out["figures"] = figures
+    return out
 
 
 def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[object], dict],
-        say: Callable[[str], None], keep: Callable[[str], None] | None = None) -> list[dict]:
+        say: Callable[[str], None], keep: Callable[[str], None] | None = None, rounds: int = 1) -> list[dict]:
     """Stop the service (after saying so), measure each alternative (`measure(handle)` -> {"figures": figures_of
     its levels, and any other keys to record, e.g. "peak_vram_mib"}), stop it, and always start the service again
     at the end. One alternative that fails to start or to measure is recorded with its error and the sweep goes on.
-    Each alternative's figures are said as it ends (figures_line), and a KeyboardInterrupt says how many were
+    `rounds` > 1 measures every alternative that many times, round r in `alts` order rotated by r (so that no flag
+    set is always the first after the service stops), each from its own start; an alternative's figures are then
+    the medians of its rounds (combined), its "rounds" each round's result. Each measurement's figures are said as
+    it ends (figures_line; "LABEL (round R of N)" when rounds > 1), and a KeyboardInterrupt says how many were
     measured before it is raised again, so a cut sweep's output keeps what it measured: those lines go to `keep`
     (default `say`), for a `say` that shows one updated line on a terminal (v100kit/bench.py say and keep).
-    [{"label", "flags", "figures" or None, "error", ...}] in `alts` order."""
+    [{"label", "flags", "figures" or None, "error", "rounds", ...}] in `alts` order. Raises ValueError for
+    rounds < 1."""
+    if rounds < 1:
+        raise ValueError(f"--sweep-rounds {rounds}: give 1 or more")
     say("sweep: stopping the service for the sweep; it is started again at the end, also after an error, Ctrl-C or SIGTERM")
     keep = keep or say
-    runs: list[dict] = []
-    told = 0  # runs whose figures line was said
+    runs = [{"label": label, "flags": " ".join(shlex.quote(a) for a in args), "figures": None, "error": "",
+             **({"rounds": []} if rounds > 1 else {})} for label, args in alts]
+    results: list[list[dict]] = [[] for _ in alts]  # each alternative's measurements, in round order
+    total = rounds * len(alts)
+    order = [(r, (k + r) % len(alts)) for r in range(rounds) for k in range(len(alts))]
+    pending = None  # (alternative's index, its label) of a measurement done but not yet said
+    told = 0  # measurements whose figures line was said
+
+    def tell(n: int, label: str) -> None:
+        nonlocal told
+        keep(f"sweep: {label}: {figures_line(results[n][-1])}")
+        told += 1
+
     try:
         control.stop_service()
-        for label, args in alts:
-            say(f"sweep: llama-server {label}")
-            entry = {"label": label, "flags": " ".join(shlex.quote(a) for a in args), "figures": None, "error": ""}
-            runs.append(entry)
-            handle = None
+        for r, n in order:
+            (label, args), entry = alts[n], runs[n]
+            shown_as = label if rounds == 1 else f"{label} (round {r + 1} of {rounds})"
+            say(f"sweep: llama-server {shown_as}")
+            result = {"figures": None, "error": ""}
+            handle, cut = None, True
             try:
                 handle = control.start_alternative(args)
-                entry.update(measure(handle))
+                result.update(measure(handle))
+                cut = False
             except Exception as e:  # this alternative failed; the others still run
-                entry["error"] = f"{type(e).__name__}: {e}"[:300]
+                result["error"] = f"{type(e).__name__}: {e}"[:300]
+                cut = False
             finally:
+                if not cut:  # measured or failed, not cut by a KeyboardInterrupt
+                    results[n].append(result)
+                    entry.update(combined(results[n]) if rounds > 1 else result)
+                    if rounds > 1:
+                        entry["rounds"] = list(results[n])
+                    pending = (n, shown_as)
                 if handle is not None:
                     control.stop_alternative(handle)
-            # said as each flag set ends, so that a sweep cut later (`timeout`, Ctrl-C) still leaves its figures
-            keep(f"sweep: {label}: {figures_line(entry)}")
-            told += 1
+            # said as each measurement ends, so that a sweep cut later (`timeout`, Ctrl-C) still leaves its figures
+            tell(*pending)
+            pending = None
     except KeyboardInterrupt:
-        def measured(r: dict) -> bool:
-            return r.get("figures") is not None or bool(r["error"])
-
-        # a flag set measured (or failed) but cut before its line, e.g. in stop_alternative's wait: said now, so
+        # a measurement done (or failed) but cut before its line, e.g. in stop_alternative's wait: said now, so
         # that the count below matches the lines above
-        for r in runs[told:]:
-            if measured(r):
-                keep(f"sweep: {r['label']}: {figures_line(r)}")
-        done = sum(1 for r in runs if measured(r))
-        keep(f"sweep: cut after {done} of {len(alts)} flag sets; the figures of those measured are in the "
-             "'sweep:' lines above, the report has none")
+        if pending is not None:
+            tell(*pending)
+        if rounds == 1:
+            keep(f"sweep: cut after {told} of {len(alts)} flag sets; the figures of those measured are in the "
+                 "'sweep:' lines above, the report has none")
+        else:
+            keep(f"sweep: cut after {told} of {total} measurements ({rounds} rounds of {len(alts)} flag sets); the "
+                 "figures of those measured are in the 'sweep:' lines above, the report has none")
         raise
     finally:
         try:

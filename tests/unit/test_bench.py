@@ -489,3 +489,63 @@ def test_a_load_longer_than_the_instances_context_is_not_sent(server):
     ok = bench_instance(host, None, "llama.cpp", inst, True, Load(depths=(8000,), output_tokens=64,
                                                                   requests_per_level=1, concurrency=(1,)), False)
     assert ok.levels and len(server.requests) == 2  # the warm-up and one counted request
+
+
+def test_rounds_measure_each_flag_set_from_its_own_start_in_rotating_order_and_compare_medians():
+    """--sweep-rounds 3: every flag set started three times, round r beginning r places later, so that the default
+    is not always the first after the service stops; each figure is the median of its rounds (statistics.median of
+    the per-round values: 505.6, 551.7, 520.0 -> 520.0), the ratio compares medians."""
+    c, said = FakeControl(), []
+    per_start = {"a": iter([505.6, 551.7, 520.0]), "b": iter([543.6, 498.0, 530.0]), "c": iter([400.0, 410.0, 405.0])}
+
+    def measure(handle):
+        return _figures(next(per_start[handle]), 1006.0)
+
+    runs = sweep.run(c, ALTS, measure, said.append, rounds=3)
+    starts = [x.removeprefix("start ") for x in c.calls if x.startswith("start ") and x != "start_service"]
+    assert starts == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert c.calls[0] == "stop_service" and c.calls[-1] == "start_service" and c.calls.count("start_service") == 1
+    decode = {r["label"]: next(f for f in r["figures"] if f["figure"] == "decode_tps") for r in runs}
+    assert decode["default"]["value"] == 520.0 and decode["default"]["values"] == [505.6, 551.7, 520.0]
+    assert decode["x"]["value"] == 530.0 and [len(r["rounds"]) for r in runs] == [3, 3, 3]
+    r = next(x for x in sweep.ratios(runs) if x["figure"] == "decode_tps")
+    assert (r["best_label"], round(r["ratio"], 4)) == ("x", round(520.0 / 530.0, 4))
+    assert "sweep: x (round 2 of 3): d=0 decode tok/s c=1 498.0; d=0 agg decode tok/s c=8 700.0; d=0 agg e2e " \
+           "tok/s c=8 600.0; d=0 TTFT p50 ms c=1 50.0; d=0 TTFT p50 ms c=8 1006.0" in said
+    i = InstanceBench("gpu-01", "llama-server@bench", "llama.cpp", running=True, on_gpu=True, sweep=runs,
+                      sweep_ratios=sweep.ratios(runs), sweep_bound=sweep.bound(3, Load(), 300, rounds=3))
+    md = markdown("gpu-01", [i], Load(), "x.png")
+    assert "| decode tok/s | 0 | 1 | 520.0 (505.6/551.7/520.0) | 530.0 (543.6/498.0/530.0) |" in md
+    assert "Sweep: 3 flag sets x 3 rounds (medians) x " in md
+    assert "sweep of 3 flag sets x 3 rounds (medians) (at most" in table({"gpu-01": [i]})
+
+
+def test_a_round_that_fails_leaves_the_flag_set_its_other_rounds_and_a_cut_counts_measurements():
+    class FailOnce(FakeControl):
+        def start_alternative(self, args):
+            handle = super().start_alternative(args)
+            if handle == "b" and self.calls.count("start b") == 1:
+                raise RuntimeError("no /health")
+            return handle
+
+    runs = sweep.run(FailOnce(), ALTS, lambda h: {**_figures(300.0, 1000.0), "peak_vram_mib": 7.0}, lambda _: None,
+                     rounds=2)
+    x = runs[1]
+    assert x["error"] == "" and x["rounds"][0]["error"] == "RuntimeError: no /health"
+    assert next(f for f in x["figures"] if f["figure"] == "decode_tps")["values"] == [300.0]
+    assert x["peak_vram_mib"] == 7.0
+    all_failed = sweep.combined([{"figures": None, "error": "E1"}, {"figures": None, "error": "E2"}])
+    assert all_failed["figures"] is None and all_failed["error"] == "E2"
+
+    said, n = [], iter(range(100))
+
+    def measure(handle):
+        if next(n) == 4:
+            raise Terminated
+        return _figures(240.1, 1006.0)
+
+    with pytest.raises(Terminated):
+        sweep.run(FakeControl(), ALTS, measure, said.append, rounds=2)
+    assert said[-2].startswith("sweep: cut after 4 of 6 measurements (2 rounds of 3 flag sets)")
+    with pytest.raises(ValueError, match="--sweep-rounds 0: give 1 or more"):
+        sweep.run(FakeControl(), ALTS, measure, said.append, rounds=0)

@@ -181,6 +181,20 @@ def test_a_bad_load_stops_the_command_before_any_host_is_reached(monkeypatch, ca
     assert len(reached) == 1
     assert main(["bench", str(inventory), "--sweep", "--sweep-only", "-np 8", "--sweep-only", "-np 1"]) == 0
     assert "at most 3 flag sets" in capsys.readouterr().err and len(reached) == 2  # the default and the two named
+    assert main(["bench", str(inventory), "--sweep-rounds", "3"]) == 2
+    assert "--sweep-rounds 3 needs --sweep" in capsys.readouterr().err
+    assert main(["bench", str(inventory), "--sweep", "--sweep-rounds", "0"]) == 2
+    assert "--sweep-rounds 0: give 1 or more" in capsys.readouterr().err
+    assert len(reached) == 2
+    assert main(["bench", str(inventory), "--sweep", "--sweep-only", "-np 8", "--sweep-rounds", "3",
+                 "--depths", "16384", "--concurrency", "1", "--requests", "4"]) == 0
+    err = capsys.readouterr().err
+    # 3 rounds x 2 flag sets x (1 warm-up + 4 requests) at one depth and one level
+    assert "at most 2 flag sets x 3 rounds (medians) x 1 depths x 1 levels" in err and "at most 30 requests" in err, err
+    got = []
+    monkeypatch.setattr(bench, "bench_host", lambda *a: got.append(a))
+    reached[-1][2]("gpu-01.example", None)  # the per-host call the command gave: the rounds reach bench_host
+    assert got[0][-1] == 3 and got[0][-2] == ("-np 8",) and len(reached) == 3
 
 
 # -- peak VRAM, with a fake command runner -------------------------------------------------------------------------
@@ -465,8 +479,10 @@ def test_the_sweep_bound_is_flag_sets_x_depths_x_levels_x_requests():
     load = Load(depths=(0, 16384), concurrency=(1, 8), requests_per_level=8, warmup_requests=1, level_time_s=30,
                 request_timeout_s=60)
     b = sweep.bound(7, load, 300)
-    assert b == {"alternatives": 7, "depths": 2, "levels": 2, "max_requests": 7 * 2 * (1 + 8 + 8),
+    assert b == {"alternatives": 7, "depths": 2, "levels": 2, "rounds": 1, "max_requests": 7 * 2 * (1 + 8 + 8),
                  "max_seconds": 7 * (2 * (60 + 2 * (30 + 60)) + 300)}
+    b3 = sweep.bound(7, load, 300, rounds=3)  # every flag set measured three times: three times the bound
+    assert (b3["rounds"], b3["max_requests"], b3["max_seconds"]) == (3, 3 * b["max_requests"], 3 * b["max_seconds"])
 
 
 def test_the_sweep_measures_every_flag_set_at_every_depth_and_level_within_its_bound(server, monkeypatch):

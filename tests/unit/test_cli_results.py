@@ -483,7 +483,7 @@ def test_ctrl_c_during_a_sweep_starts_the_service_again_then_exits_130(signal_, 
         def stop_alternative(self, handle):
             done.append("stop alternative")
 
-    def bench_instance(host, plan_, engine, inst, sole, load, do_sweep, sweep_load, sweep_only):
+    def bench_instance(host, plan_, engine, inst, sole, load, do_sweep, sweep_load, sweep_only, sweep_rounds):
         assert do_sweep
         return sweeping.run(Control(), [("-np 4", ["-np", "4"])], signal_, lambda line: None)
 
