@@ -387,7 +387,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         + ", ".join(repr(x) for x in sweeping.LABELS if x != "default") + ")")
     p.add_argument("--sweep-rounds", type=_number("--sweep-rounds", int), default=1, metavar="N",
                    help="with --sweep: measure every flag set N times, each from its own start, in rotating order, "
-                        "and compare the medians (default 1; starts of the same flags differ by up to 9 %% in "
+                        "and compare the medians (default 1; starts of the same flags differ by up to 11 %% in "
                         "single-stream decode at 16k-token prompts on an H100, tools/gpu/README.md)")
     load = p.add_argument_group("the load (checked before any request is sent)")
     depth = load.add_mutually_exclusive_group()

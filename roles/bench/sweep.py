@@ -266,7 +266,7 @@ def combined(measured: list[dict]) -> dict:
     last round's "why"} or None when no round measured, "error": "" when a round measured, else the last round's
     error, "peak_vram_mib": the highest of the rounds' (None when none sampled it), "peak_vram_note": the rounds'
     distinct notes}. Why medians: one start of a flag set against another start of the same flags differs by up to
-    9 % in single-stream decode at 16384-token prompts on the H100 (tools/gpu/README.md, "Noise between starts"),
+    11 % in single-stream decode at 16384-token prompts on the H100 (tools/gpu/README.md, "Noise between starts"),
     so a single round's best is partly the luckiest start."""
     good = [m for m in measured if m.get("figures") is not None]
     out = {"error": "" if good else next((m["error"] for m in reversed(measured) if m.get("error")), ""),

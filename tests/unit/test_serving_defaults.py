@@ -320,6 +320,44 @@ def test_full_sweeps_meet_the_issue_goals_at_8_clients(name):
     assert {r["concurrency"] for r in rows} >= {1, 8}
 
 
+#: The single-stream misses above measured again in rounds (`v100kit bench --sweep --sweep-rounds N`, each flag set
+#: started N times in rotating order, medians compared; tools/gpu/README.md "Noise between starts"), 2026-12-07 on
+#: H100s (each call's own machine): {file: (rounds, the default's ratio to the best median, as the goal reads it)}.
+#: With 5 rounds both models meet 0.95; with 3 the 1B model read 0.94 and the 8B 0.95 (0.950).
+ROUNDS_SWEEPS = {"bench_sweep_h100_1b_d16384_c1_rounds3.json": (3, 0.94),
+                 "bench_sweep_h100_1b_d16384_c1_rounds5.json": (5, 0.95),
+                 "bench_sweep_h100_8b_d16384_c1_rounds3.json": (3, 0.95),
+                 "bench_sweep_h100_8b_d16384_c1_rounds5.json": (5, 0.95)}
+
+
+@pytest.mark.parametrize("name", sorted(ROUNDS_SWEEPS))
+def test_the_single_stream_misses_are_the_spread_between_starts(name):
+    """Each flag set's single-stream decode at 16k tokens, started several times: the median of its rounds is the
+    figure compared (recomputed here from the rounds' own values with a sort, not with the sweep's code), in the
+    5-round calls the default's spread between its own starts is wider than the 5 % the goal allows (172.4-187.6
+    and 470.7-522.0 tok/s: one start against the best of many is partly luck), and the default reaches ROUNDS_SWEEPS' ratio of the best median: 0.95 with 5 rounds."""
+    import json
+
+    from roles.bench import sweep
+
+    rounds, goal = ROUNDS_SWEEPS[name]
+    doc = json.loads((Path(__file__).resolve().parents[1] / "data" / name).read_text())
+    runs = doc["hosts"]["@local"][0]["sweep"]
+    assert runs[0]["label"] == "default" and "-np 8" in runs[0]["flags"] and "-kvu" not in runs[0]["flags"].split()
+    medians = {}
+    for r in runs:
+        per_round = [next(f["value"] for f in x["figures"] if f["figure"] == "decode_tps") for x in r["rounds"]]
+        assert len(per_round) == rounds and not any(x["error"] for x in r["rounds"])
+        medians[r["label"]] = sorted(per_round)[rounds // 2]  # an odd number of rounds: the middle one
+        assert next(f["value"] for f in r["figures"] if f["figure"] == "decode_tps") == medians[r["label"]]
+        if r["label"] == "default" and rounds == 5:
+            assert max(per_round) / min(per_round) > 1 / 0.95, per_round
+    ratio = medians["default"] / max(medians.values())
+    assert round(ratio, 2) >= goal, medians
+    r = next(x for x in sweep.ratios(runs) if x["figure"] == "decode_tps")
+    assert r["ratio"] == pytest.approx(ratio)
+
+
 @pytest.mark.parametrize("name", MEASURED_SWEEPS)
 def test_the_default_slot_layout_is_the_one_that_served_8_clients_best(name, shapes):
     """In every recorded sweep the default's flags (a KV stream per slot: -np 8 without -kvu) gave the best
