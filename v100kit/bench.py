@@ -54,6 +54,9 @@ SWEEP_LOAD = Load(concurrency=(1, 8), requests_per_level=8, level_time_s=30.0, r
 #: The most flag sets sweep.alternatives gives (the default, -np 1, -np 4/8 with and without -kvu, KV f16/q8_0,
 #: -fa off, -ub 256/512/1024).
 MAX_ALTERNATIVES = len(sweeping.LABELS)
+#: The most rounds --sweep-rounds takes: each round restarts every flag set (a full sweep of one round is ~10 minutes
+#: on an H100 at two depths), so more than this is a typo, not a measurement.
+MAX_SWEEP_ROUNDS = 20
 #: Seconds between two peak-VRAM samples during a level.
 VRAM_INTERVAL_S = 1.0
 #: How long an alternative llama-server or the restarted service may take to answer /health, seconds.
@@ -261,8 +264,8 @@ def _sweep(host, plan: HostPlan, inst, i: InstanceBench, url: str, load: Load = 
                           settings.base_service_home, engine.key_file(inst.name), url, inst.api_key)
     alts = sweeping.alternatives(args, flash_attn_style, only)
     i.sweep_bound = b = sweeping.bound(len(alts), load, START_TIMEOUT_S, rounds)
-    say(f"{host.name} {i.unit}: sweep of {b['alternatives']} flag sets x {b['depths']} depths x {b['levels']} "
-        f"levels{report.rounds_text(b)}: at most {b['max_requests']} requests and {b['max_seconds']:.0f} s")
+    say(f"{host.name} {i.unit}: sweep of {b['alternatives']} flag sets{report.rounds_text(b)} x {b['depths']} depths"
+        f" x {b['levels']} levels: at most {b['max_requests']} requests and {b['max_seconds']:.0f} s")
 
     def measure(handle) -> dict:
         levels, _ = loadgen.measure(url, inst.api_key, inst.name, load, lambda line: say(f"{i.unit}: {line}"),
@@ -406,9 +409,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--sweep-only {only[0]!r} needs --sweep")
         if args.sweep_rounds != 1 and not args.sweep:
             raise ValueError(f"--sweep-rounds {args.sweep_rounds} needs --sweep")
-        if args.sweep_rounds < 1:
-            raise ValueError(f"--sweep-rounds {args.sweep_rounds}: give 1 or more (each flag set measured that "
-                             "many times)")
+        if not 1 <= args.sweep_rounds <= MAX_SWEEP_ROUNDS:
+            raise ValueError(f"--sweep-rounds {args.sweep_rounds}: give 1 to {MAX_SWEEP_ROUNDS} (each flag set "
+                             "measured that many times; 5 read issue 26's goal)")
         sweeping.alternatives("", "value", only)  # an unknown label: refused before any request
     except ValueError as e:
         print(f"v100kit bench: {e}", file=sys.stderr)

@@ -205,11 +205,11 @@ def figures_of(levels) -> list[dict]:
 def shown(f: dict) -> str:
     """One figure of figures_of as the sweep shows it everywhere (progress line, report, comparison): its value to
     one decimal, or "- (why)" where no request measured it ("-" without a why); a median of several rounds
-    (combined) with its rounds' values: "520.0 (505.6/551.7/520.0)"."""
+    (combined) with its rounds' values, "-" for a round that measured none: "520.0 (505.6/551.7/520.0)"."""
     if f.get("value") is None:
         return f"- ({f['why']})" if f.get("why") else "-"
     if len(f.get("values") or ()) > 1:
-        return f"{f['value']:.1f} ({'/'.join(f'{v:.1f}' for v in f['values'])})"
+        return f"{f['value']:.1f} ({'/'.join('-' if v is None else f'{v:.1f}' for v in f['values'])})"
     return f"{f['value']:.1f}"
 
 
@@ -261,15 +261,18 @@ def bound(n_alternatives: int, load, start_timeout_s: float, rounds: int = 1) ->
 
 def combined(measured: list[dict]) -> dict:
     """One flag set's figures over its rounds (each a measure() result, or {"error": str} for a round that failed):
-    {"figures": per figure (figures_of's keys, in the first measured round's order) the median of the rounds that
-    measured it, with "values": each of those rounds' values in round order; a figure no round measured keeps the
-    last round's "why"} or None when no round measured, "error": "" when a round measured, else the last round's
-    error, "peak_vram_mib": the highest of the rounds' (None when none sampled it), "peak_vram_note": the rounds'
-    distinct notes}. Why medians: one start of a flag set against another start of the same flags differs by up to
-    11 % in single-stream decode at 16384-token prompts on the H100 (tools/gpu/README.md, "Noise between starts"),
-    so a single round's best is partly the luckiest start."""
+    {"figures": per figure (figures_of's keys, in the order first measured) the median of the rounds that measured
+    it (statistics.median: with an even count, the mean of the middle two), with "values": every round's value in
+    round order, None where that round failed or measured none; a figure no round measured keeps the last such
+    round's "why"} or None when no round measured, "error": the last round's error when no round measured, else
+    "K of N rounds failed: <the last error>" or "", "peak_vram_mib": the highest of the rounds' (None when none
+    sampled it), "peak_vram_note": the rounds' distinct notes}. Why medians: one start of a flag set against
+    another start of the same flags differs by up to 11 % in single-stream decode at 16384-token prompts on the
+    H100 (tools/gpu/README.md, "Noise between starts"), so a single round's best is partly the luckiest start."""
     good = [m for m in measured if m.get("figures") is not None]
-    out = {"error": "" if good else next((m["error"] for m in reversed(measured) if m.get("error")), ""),
+    errors = [m["error"] for m in measured if m.get("error")]
+    out = {"error": (errors[-1] if errors else "") if not good else
+           (f"{len(measured) - len(good)} of {len(measured)} rounds failed: {errors[-1]}" if errors else ""),
            "figures": None,
            "peak_vram_mib": max((m["peak_vram_mib"] for m in measured if m.get("peak_vram_mib") is not None),
                                 default=None),
@@ -280,13 +283,14 @@ def combined(measured: list[dict]) -> dict:
     keys = list(dict.fromkeys(_key(f) for m in good for f in m["figures"]))
     figures = []
     for k in keys:
-        at = [f for m in good for f in m["figures"] if _key(f) == k]
-        values = [f["value"] for f in at if f.get("value") is not None]
-        if values:
-            figures.append({"figure": k[0], "depth": k[1], "concurrency": k[2], "value": statistics.median(values),
+        per_round = [next((f for f in m.get("figures") or [] if _key(f) == k), None) for m in measured]
+        values = [None if f is None else f.get("value") for f in per_round]
+        known = [v for v in values if v is not None]
+        if known:
+            figures.append({"figure": k[0], "depth": k[1], "concurrency": k[2], "value": statistics.median(known),
                             "values": values})
         else:
-            figures.append(at[-1])
+            figures.append([f for f in per_round if f is not None][-1])
     out["figures"] = figures
     return out
 
@@ -296,9 +300,10 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
     """Stop the service (after saying so), measure each alternative (`measure(handle)` -> {"figures": figures_of
     its levels, and any other keys to record, e.g. "peak_vram_mib"}), stop it, and always start the service again
     at the end. One alternative that fails to start or to measure is recorded with its error and the sweep goes on.
-    `rounds` > 1 measures every alternative that many times, round r in `alts` order rotated by r (so that no flag
-    set is always the first after the service stops), each from its own start; an alternative's figures are then
-    the medians of its rounds (combined), its "rounds" each round's result. Each measurement's figures are said as
+    `rounds` > 1 measures every alternative that many times, round r in `alts` order rotated by r (so that a flag
+    set's place in the order, and what ran just before it, changes from round to round), each from its own start; an alternative's figures are then
+    the medians of its rounds (combined), its "rounds" each round's result (measure()'s other keys are kept there
+    only, but for the peak VRAM and its note). Each measurement's figures are said as
     it ends (figures_line; "LABEL (round R of N)" when rounds > 1), and a KeyboardInterrupt says how many were
     measured before it is raised again, so a cut sweep's output keeps what it measured: those lines go to `keep`
     (default `say`), for a `say` that shows one updated line on a terminal (v100kit/bench.py say and keep).
@@ -316,8 +321,9 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
     pending = None  # (alternative's index, its label) of a measurement done but not yet said
     told = 0  # measurements whose figures line was said
 
-    def tell(n: int, label: str) -> None:
-        nonlocal told
+    def tell() -> None:
+        nonlocal told, pending
+        (n, label), pending = pending, None  # cleared first: a Ctrl-C inside keep() does not say it twice
         keep(f"sweep: {label}: {figures_line(results[n][-1])}")
         told += 1
 
@@ -346,13 +352,12 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
                 if handle is not None:
                     control.stop_alternative(handle)
             # said as each measurement ends, so that a sweep cut later (`timeout`, Ctrl-C) still leaves its figures
-            tell(*pending)
-            pending = None
+            tell()
     except KeyboardInterrupt:
         # a measurement done (or failed) but cut before its line, e.g. in stop_alternative's wait: said now, so
         # that the count below matches the lines above
         if pending is not None:
-            tell(*pending)
+            tell()
         if rounds == 1:
             keep(f"sweep: cut after {told} of {len(alts)} flag sets; the figures of those measured are in the "
                  "'sweep:' lines above, the report has none")

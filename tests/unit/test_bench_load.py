@@ -184,7 +184,9 @@ def test_a_bad_load_stops_the_command_before_any_host_is_reached(monkeypatch, ca
     assert main(["bench", str(inventory), "--sweep-rounds", "3"]) == 2
     assert "--sweep-rounds 3 needs --sweep" in capsys.readouterr().err
     assert main(["bench", str(inventory), "--sweep", "--sweep-rounds", "0"]) == 2
-    assert "--sweep-rounds 0: give 1 or more" in capsys.readouterr().err
+    assert "--sweep-rounds 0: give 1 to 20" in capsys.readouterr().err
+    assert main(["bench", str(inventory), "--sweep", "--sweep-rounds", "100000000"]) == 2
+    assert "--sweep-rounds 100000000: give 1 to 20" in capsys.readouterr().err
     assert len(reached) == 2
     assert main(["bench", str(inventory), "--sweep", "--sweep-only", "-np 8", "--sweep-rounds", "3",
                  "--depths", "16384", "--concurrency", "1", "--requests", "4"]) == 0
