@@ -661,3 +661,46 @@ def test_waiting_for_health_ends_when_the_server_has_exited():
     t0 = _time.monotonic()
     assert wait_healthy("http://127.0.0.1:9", None, 60, lambda: calls.append(1) or False) is False
     assert calls == [1] and _time.monotonic() - t0 < 15
+
+
+def test_the_rounds_given_reach_the_sweep_on_the_host(monkeypatch):
+    """bench_host -> bench_instance -> _sweep -> sweep.run and sweep.bound: --sweep-rounds 3 starts each flag set
+    three times on the host, and the instance's bound counts the three rounds (a host reached through fakes: the
+    engine's sweep hook, the host's control, the load generator)."""
+    from types import SimpleNamespace
+
+    from roles.bench.figures import Level
+
+    starts = []
+
+    class Control:
+        def __init__(self, *a):
+            pass
+
+        def stop_service(self):
+            pass
+
+        def start_service(self):
+            pass
+
+        def start_alternative(self, args):
+            starts.append(" ".join(args))
+            return 4242
+
+        def stop_alternative(self, handle):
+            pass
+
+    engine = SimpleNamespace(bench=SimpleNamespace(sweep=lambda plan, inst: ("llama-server", "-np 8", "value")),
+                             key_file=lambda name: "/etc/llama-server/x.key")
+    monkeypatch.setattr(bench, "by_unit", lambda unit: engine)
+    monkeypatch.setattr(bench, "HostControl", Control)
+    monkeypatch.setattr(bench, "vram_sampler", lambda *a: None)
+    level = Level(1, 2, 0, 50.0, 60.0, 4.0, 5.0, 200.0, 200.0, 200.0)
+    monkeypatch.setattr(bench.loadgen, "measure", lambda *a, **k: ([level], []))
+    plan = SimpleNamespace(settings=SimpleNamespace(base_service_user="llm", base_service_home="/var/lib/llm"))
+    i = InstanceBench("gpu-01", "llama-server@x", "llama.cpp", running=True, on_gpu=True)
+    bench._sweep(SimpleNamespace(name="gpu-01"), plan, SimpleNamespace(name="x", api_key=None), i,
+                 "http://127.0.0.1:8080", Load(depths=(0,), concurrency=(1,), requests_per_level=2), True,
+                 ("-np 1",), 3)
+    assert starts == ["-np 8", "-np 1", "-np 1", "-np 8", "-np 8", "-np 1"]
+    assert i.sweep_bound["rounds"] == 3 and [len(r["rounds"]) for r in i.sweep] == [3, 3]
