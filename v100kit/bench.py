@@ -54,9 +54,6 @@ SWEEP_LOAD = Load(concurrency=(1, 8), requests_per_level=8, level_time_s=30.0, r
 #: The most flag sets sweep.alternatives gives (the default, -np 1, -np 4/8 with and without -kvu, KV f16/q8_0,
 #: -fa off, -ub 256/512/1024).
 MAX_ALTERNATIVES = len(sweeping.LABELS)
-#: The most rounds --sweep-rounds takes: each round restarts every flag set (a full sweep of one round is ~10 minutes
-#: on an H100 at two depths), so more than this is a typo, not a measurement.
-MAX_SWEEP_ROUNDS = 20
 #: Seconds between two peak-VRAM samples during a level.
 VRAM_INTERVAL_S = 1.0
 #: How long an alternative llama-server or the restarted service may take to answer /health, seconds.
@@ -409,9 +406,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--sweep-only {only[0]!r} needs --sweep")
         if args.sweep_rounds != 1 and not args.sweep:
             raise ValueError(f"--sweep-rounds {args.sweep_rounds} needs --sweep")
-        if not 1 <= args.sweep_rounds <= MAX_SWEEP_ROUNDS:
-            raise ValueError(f"--sweep-rounds {args.sweep_rounds}: give 1 to {MAX_SWEEP_ROUNDS} (each flag set "
-                             "measured that many times; 5 read issue 26's goal)")
+        sweeping.check_rounds(args.sweep_rounds)
         sweeping.alternatives("", "value", only)  # an unknown label: refused before any request
     except ValueError as e:
         print(f"v100kit bench: {e}", file=sys.stderr)

@@ -251,6 +251,18 @@ def ratios(runs: list[dict]) -> list[dict]:
     return out
 
 
+#: The most rounds a sweep takes (`--sweep-rounds`): each round restarts every flag set (a full sweep of one round is
+#: about 10 minutes on an H100 at two depths), so more than this is a typo, not a measurement.
+MAX_ROUNDS = 20
+
+
+def check_rounds(rounds: int) -> None:
+    """Raises ValueError naming --sweep-rounds, the value and the range unless 1 <= rounds <= MAX_ROUNDS."""
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise ValueError(f"--sweep-rounds {rounds}: give 1 to {MAX_ROUNDS} (each flag set measured that many "
+                         "times; 5 read issue 26's goal)")
+
+
 def bound(n_alternatives: int, load, start_timeout_s: float, rounds: int = 1) -> dict:
     """The sweep's bound on one instance: every alternative gets `load` (figures.Load: depths x levels x requests)
     after a start of at most `start_timeout_s`, `rounds` times."""
@@ -301,22 +313,20 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
     its levels, and any other keys to record, e.g. "peak_vram_mib"}), stop it, and always start the service again
     at the end. One alternative that fails to start or to measure is recorded with its error and the sweep goes on.
     `rounds` > 1 measures every alternative that many times, round r in `alts` order rotated by r (so that a flag
-    set's place in the order, and what ran just before it, changes from round to round), each from its own start; an alternative's figures are then
-    the medians of its rounds (combined), its "rounds" each round's result (measure()'s other keys are kept there
-    only, but for the peak VRAM and its note). Each measurement's figures are said as
-    it ends (figures_line; "LABEL (round R of N)" when rounds > 1), and a KeyboardInterrupt says how many were
+    set's place in the order, and what ran just before it, changes from round to round), each from its own start;
+    an alternative's figures are then the medians of its rounds (combined), its "rounds" each round's result
+    (measure()'s other keys are kept there only, but for the peak VRAM and its note). Each measurement's figures
+    are said as it ends (figures_line; "LABEL (round R of N)" when rounds > 1), and a KeyboardInterrupt says how many were
     measured before it is raised again, so a cut sweep's output keeps what it measured: those lines go to `keep`
     (default `say`), for a `say` that shows one updated line on a terminal (v100kit/bench.py say and keep).
-    [{"label", "flags", "figures" or None, "error", "rounds", ...}] in `alts` order. Raises ValueError for
-    rounds < 1."""
-    if rounds < 1:
-        raise ValueError(f"--sweep-rounds {rounds}: give 1 or more")
+    [{"label", "flags", "figures" or None, "error", "rounds", ...}] in `alts` order. Raises ValueError
+    (check_rounds) for rounds outside 1 to MAX_ROUNDS."""
+    check_rounds(rounds)
     say("sweep: stopping the service for the sweep; it is started again at the end, also after an error, Ctrl-C or SIGTERM")
     keep = keep or say
-    runs = [{"label": label, "flags": " ".join(shlex.quote(a) for a in args), "figures": None, "error": "",
-             **({"rounds": []} if rounds > 1 else {})} for label, args in alts]
     results: list[list[dict]] = [[] for _ in alts]  # each alternative's measurements, in round order
-    total = rounds * len(alts)
+    runs = [{"label": label, "flags": " ".join(shlex.quote(a) for a in args), "figures": None, "error": "",
+             **({"rounds": results[n]} if rounds > 1 else {})} for n, (label, args) in enumerate(alts)]
     order = [(r, (k + r) % len(alts)) for r in range(rounds) for k in range(len(alts))]
     pending = None  # (alternative's index, its label) of a measurement done but not yet said
     told = 0  # measurements whose figures line was said
@@ -346,8 +356,6 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
                 if not cut:  # measured or failed, not cut by a KeyboardInterrupt
                     results[n].append(result)
                     entry.update(combined(results[n]) if rounds > 1 else result)
-                    if rounds > 1:
-                        entry["rounds"] = list(results[n])
                     pending = (n, shown_as)
                 if handle is not None:
                     control.stop_alternative(handle)
@@ -358,12 +366,10 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
         # that the count below matches the lines above
         if pending is not None:
             tell()
-        if rounds == 1:
-            keep(f"sweep: cut after {told} of {len(alts)} flag sets; the figures of those measured are in the "
-                 "'sweep:' lines above, the report has none")
-        else:
-            keep(f"sweep: cut after {told} of {total} measurements ({rounds} rounds of {len(alts)} flag sets); the "
-                 "figures of those measured are in the 'sweep:' lines above, the report has none")
+        of = f"{len(alts)} flag sets" if rounds == 1 else \
+            f"{rounds * len(alts)} measurements ({rounds} rounds of {len(alts)} flag sets)"
+        keep(f"sweep: cut after {told} of {of}; the figures of those measured are in the 'sweep:' lines above, the "
+             "report has none")
         raise
     finally:
         try:

@@ -555,5 +555,5 @@ def test_a_round_that_fails_leaves_the_flag_set_its_other_rounds_and_a_cut_count
     with pytest.raises(Terminated):
         sweep.run(FakeControl(), ALTS, measure, said.append, rounds=2)
     assert said[-2].startswith("sweep: cut after 4 of 6 measurements (2 rounds of 3 flag sets)")
-    with pytest.raises(ValueError, match="--sweep-rounds 0: give 1 or more"):
+    with pytest.raises(ValueError, match="--sweep-rounds 0: give 1 to 20"):
         sweep.run(FakeControl(), ALTS, measure, said.append, rounds=0)

@@ -533,13 +533,11 @@ def test_the_sweep_measures_every_flag_set_at_every_depth_and_level_within_its_b
     assert len(i.sweep_ratios) == 10 and all(0 < r["ratio"] <= 1 for r in i.sweep_ratios)
 
 
-def test_on_a_terminal_each_flag_set_s_figures_stay_on_a_line_of_their_own(server, monkeypatch):
-    """say() keeps one updated line on a terminal (each line cut to 150 characters, erased by the next): the
-    figures said as each flag set ends, and a cut sweep's count, must stay there whole (Ctrl-C is typed there)."""
-    import io
-    from types import SimpleNamespace
-
-    import roles.llama_cpp.decide as decide
+def _sweep_control(interrupt_at_stop: int = 0):
+    """(a stand-in for bench.HostControl, the argv of each alternative it started): nothing runs on a host; the
+    `interrupt_at_stop`-th stop of an alternative raises KeyboardInterrupt (0: none does)."""
+    starts: list[str] = []
+    stops = [0]
 
     class Control:
         def __init__(self, *a):
@@ -552,14 +550,26 @@ def test_on_a_terminal_each_flag_set_s_figures_stay_on_a_line_of_their_own(serve
             pass
 
         def start_alternative(self, args):
+            starts.append(" ".join(args))
             return 100
 
-        stops = 0
-
         def stop_alternative(self, handle):
-            Control.stops += 1
-            if Control.stops == 2:
-                raise KeyboardInterrupt  # Ctrl-C as the second flag set's llama-server stops
+            stops[0] += 1
+            if stops[0] == interrupt_at_stop:
+                raise KeyboardInterrupt
+
+    return Control, starts
+
+
+def test_on_a_terminal_each_flag_set_s_figures_stay_on_a_line_of_their_own(server, monkeypatch):
+    """say() keeps one updated line on a terminal (each line cut to 150 characters, erased by the next): the
+    figures said as each flag set ends, and a cut sweep's count, must stay there whole (Ctrl-C is typed there)."""
+    import io
+    from types import SimpleNamespace
+
+    import roles.llama_cpp.decide as decide
+
+    Control, _ = _sweep_control(interrupt_at_stop=2)  # Ctrl-C as the second flag set's llama-server stops
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -663,44 +673,24 @@ def test_waiting_for_health_ends_when_the_server_has_exited():
     assert calls == [1] and _time.monotonic() - t0 < 15
 
 
-def test_the_rounds_given_reach_the_sweep_on_the_host(monkeypatch):
-    """bench_host -> bench_instance -> _sweep -> sweep.run and sweep.bound: --sweep-rounds 3 starts each flag set
-    three times on the host, and the instance's bound counts the three rounds (a host reached through fakes: the
-    engine's sweep hook, the host's control, the load generator)."""
+
+def test_the_rounds_given_reach_the_sweep_on_the_host(server, monkeypatch):
+    """bench._sweep with rounds 3 (as bench_host passes --sweep-rounds): each of the two flag sets started three
+    times against the fake llama-server, round r rotated by r (default, x; x, default; default, x), every flag set
+    with three rounds recorded, and the instance's bound counting them."""
     from types import SimpleNamespace
 
-    from roles.bench.figures import Level
+    import roles.llama_cpp.decide as decide
 
-    starts = []
-
-    class Control:
-        def __init__(self, *a):
-            pass
-
-        def stop_service(self):
-            pass
-
-        def start_service(self):
-            pass
-
-        def start_alternative(self, args):
-            starts.append(" ".join(args))
-            return 4242
-
-        def stop_alternative(self, handle):
-            pass
-
-    engine = SimpleNamespace(bench=SimpleNamespace(sweep=lambda plan, inst: ("llama-server", "-np 8", "value")),
-                             key_file=lambda name: "/etc/llama-server/x.key")
-    monkeypatch.setattr(bench, "by_unit", lambda unit: engine)
+    Control, starts = _sweep_control()
     monkeypatch.setattr(bench, "HostControl", Control)
-    monkeypatch.setattr(bench, "vram_sampler", lambda *a: None)
-    level = Level(1, 2, 0, 50.0, 60.0, 4.0, 5.0, 200.0, 200.0, 200.0)
-    monkeypatch.setattr(bench.loadgen, "measure", lambda *a, **k: ([level], []))
-    plan = SimpleNamespace(settings=SimpleNamespace(base_service_user="llm", base_service_home="/var/lib/llm"))
-    i = InstanceBench("gpu-01", "llama-server@x", "llama.cpp", running=True, on_gpu=True)
-    bench._sweep(SimpleNamespace(name="gpu-01"), plan, SimpleNamespace(name="x", api_key=None), i,
-                 "http://127.0.0.1:8080", Load(depths=(0,), concurrency=(1,), requests_per_level=2), True,
-                 ("-np 1",), 3)
-    assert starts == ["-np 8", "-np 1", "-np 1", "-np 8", "-np 8", "-np 1"]
+    monkeypatch.setattr(decide, "server_args", lambda inst, style: NEW)
+    plan = SimpleNamespace(settings=SimpleNamespace(base_service_user="llm", base_service_home="/var/lib/llm"),
+                           llama_cpp=SimpleNamespace(source=SimpleNamespace(flash_attn_style="value")))
+    i = InstanceBench("gpu-01", "llama-server@tiny", "llama.cpp")
+    load = Load(depths=(0,), output_tokens=3, concurrency=(1,), requests_per_level=1, warmup_requests=0)
+    bench._sweep(FakeHost({}, [], smi=_smi("101, 5000")), plan, _llama_instance(int(server.url.rsplit(":", 1)[1])),
+                 i, server.url, load, True, ("-np 1",), 3)
+    default, other = starts[0], starts[1]
+    assert default != other and starts == [default, other, other, default, default, other]
     assert i.sweep_bound["rounds"] == 3 and [len(r["rounds"]) for r in i.sweep] == [3, 3]
