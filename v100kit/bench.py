@@ -1,5 +1,6 @@
-"""v100kit bench INVENTORY [--json] [--report DIR] [--sweep [--sweep-only LABEL] [--sweep-rounds N]] [--limit HOST ...] [the load: --depths 0,16384
---output-tokens N --concurrency 1,8,16 --requests N --time-limit-s S ...]: measure what each host serves.
+"""v100kit bench INVENTORY [--json] [--report DIR] [--sweep [--sweep-only LABEL] [--sweep-rounds N]]
+[--limit HOST ...] [the load: --depths 0,16384 --output-tokens N --concurrency 1,8,16 --requests N --time-limit-s S
+...]: measure what each host serves.
 
 Per llama-server@NAME and vllm@NAME instance: GPU residency (nvidia-smi --query-compute-apps; for llama.cpp also
 its log's offloaded-layers line), VRAM against the planner's figure and its peak during each level (sampled), and
@@ -416,8 +417,9 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep:
         b = sweeping.bound(len(set(only) | {"default"}) if only else MAX_ALTERNATIVES, sweep_load, START_TIMEOUT_S,
                            args.sweep_rounds)
-        say(f"bench --sweep: then per llama.cpp instance at most {b['alternatives']} flag sets{report.rounds_text(b)} x "
-            f"{b['depths']} depths x {b['levels']} levels (concurrency {','.join(map(str, sweep_load.concurrency))}) x at least "
+        say(f"bench --sweep: then per llama.cpp instance at most {b['alternatives']} flag sets"
+            f"{report.rounds_text(b)} x {b['depths']} depths x {b['levels']} levels (concurrency "
+            f"{','.join(map(str, sweep_load.concurrency))}) x at least "
             f"{sweep_load.requests_per_level} requests: at most {b['max_requests']} requests and "
             f"{b['max_seconds']:.0f} s")
     if sys.stderr.isatty():

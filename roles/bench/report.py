@@ -156,7 +156,8 @@ def table(results: dict[str, list[InstanceBench] | str], concurrency: tuple[int,
             lines += [f"   {i.unit}: peak VRAM not measured: {n}" for n in sorted(notes)]
             if i.sweep_bound:
                 b = i.sweep_bound
-                lines.append(f"   {i.unit}: sweep of {b['alternatives']} flag sets{rounds_text(b)} (at most {b['max_requests']} "
+                lines.append(f"   {i.unit}: sweep of {b['alternatives']} flag sets{rounds_text(b)} (at most "
+                             f"{b['max_requests']} "
                              f"requests, {b['max_seconds']:.0f} s)")
             for s in i.sweep or []:
                 if s.get("error"):
@@ -238,7 +239,8 @@ def _sweep_markdown(i: InstanceBench) -> list[str]:
     out = [""]
     if i.sweep_bound:
         b = i.sweep_bound
-        out += [f"Sweep: {b['alternatives']} flag sets{rounds_text(b)} x {b['depths']} depths x {b['levels']} levels: at most "
+        out += [f"Sweep: {b['alternatives']} flag sets{rounds_text(b)} x {b['depths']} depths x {b['levels']} "
+                f"levels: at most "
                 f"{b['max_requests']} requests and {b['max_seconds']:.0f} s (starts included).", ""]
     out += ["| flag set | flags | peak VRAM MiB | note |", "| --- | --- | ---: | --- |"]
     out += [f"| {s['label']} | `{s['flags']}` | {_f(s.get('peak_vram_mib'), '.0f')} | {s.get('error') or ''} |"

@@ -316,9 +316,9 @@ def run(control: Control, alts: list[tuple[str, list[str]]], measure: Callable[[
     set's place in the order, and what ran just before it, changes from round to round), each from its own start;
     an alternative's figures are then the medians of its rounds (combined), its "rounds" each round's result
     (measure()'s other keys are kept there only, but for the peak VRAM and its note). Each measurement's figures
-    are said as it ends (figures_line; "LABEL (round R of N)" when rounds > 1), and a KeyboardInterrupt says how many were
-    measured before it is raised again, so a cut sweep's output keeps what it measured: those lines go to `keep`
-    (default `say`), for a `say` that shows one updated line on a terminal (v100kit/bench.py say and keep).
+    are said as it ends (figures_line; "LABEL (round R of N)" when rounds > 1), and a KeyboardInterrupt says how
+    many were measured before it is raised again, so a cut sweep's output keeps what it measured: those lines go to
+    `keep` (default `say`), for a `say` that shows one updated line on a terminal (v100kit/bench.py say and keep).
     [{"label", "flags", "figures" or None, "error", "rounds", ...}] in `alts` order. Raises ValueError
     (check_rounds) for rounds outside 1 to MAX_ROUNDS."""
     check_rounds(rounds)
