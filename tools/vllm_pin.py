@@ -272,6 +272,7 @@ def changes(old: dict, new: dict) -> list[str]:
     line("profile tokens on large GPUs ([GiB, tokens, names kept below])", of.get("profile_tokens_large"),
          nf.get("profile_tokens_large"))
     line("V1 sampler's top-k/top-p", of.get("sampler_path"), nf.get("sampler_path"))
+    line("chunked prefill under vllm serve", of.get("chunked_prefill"), nf.get("chunked_prefill"))
     oflags, nflags = set(old.get("flags") or []), set(new.get("flags") or [])
     if oflags != nflags:
         added, removed = sorted(nflags - oflags), sorted(oflags - nflags)

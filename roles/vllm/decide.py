@@ -502,7 +502,7 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
     known = known_flags(rel.version)
     more += extra_args_problems(f"{key}.extra_args", inst.extra_args, known, rel.volta_args + rel.vision_args) \
-        + typed_problems(key, inst, known)
+        + typed_problems(key, inst, known, rel)
     model_path, files_, config, hf, more2 = _model(key, inst, name, settings.base_service_home, host_model)
     problems += more + more2
     mplan = None

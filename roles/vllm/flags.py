@@ -10,7 +10,7 @@ from pathlib import Path
 from roles import engines
 from roles.settings import problem
 from roles.vllm.settings import VllmInstance
-from roles.vllm.versions import LOCK_DIR
+from roles.vllm.versions import LOCK_DIR, VllmRelease
 
 #: Every spelling of a flag the toolkit sets itself -> the setting to use instead.
 OWNED: dict[str, str] = {
@@ -125,18 +125,35 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
                                   "release, or remove it"), refused=refused, flag_of=flag_of)
 
 
-def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None) -> list[str]:
-    """enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without one), max_num_batched_tokens
-    below max_model_len without chunked prefill (vLLM refuses it), and a typed flag the release lacks."""
+def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None, rel: VllmRelease) -> list[str]:
+    """The typed settings vLLM `rel` would refuse at start-up or ignore, as problem strings: enable_auto_tool_choice
+    without tool_call_parser; max_num_batched_tokens below max_model_len where the release does not chunk prefill
+    (unset enable_chunked_prefill included: V0 chunks only above 32768 tokens) or below max_num_seqs, which
+    SchedulerConfig raises on (files/vllm/<version>.json batched_tokens_source, found in the release's code by
+    release_source.batched_tokens_checks); enable_chunked_prefill: false where the release chunks whatever is asked
+    (0.10.2: EngineArgs._set_default_args_v1); and a typed flag the release lacks (known: its parser's flags)."""
     problems = []
     if s.enable_auto_tool_choice and not s.tool_call_parser:
         problems.append(problem(f"{key}.enable_auto_tool_choice", True, "vLLM needs --tool-call-parser with it",
                                 "set tool_call_parser (e.g. hermes)"))
-    if s.max_num_batched_tokens is not None and s.enable_chunked_prefill is False and \
-            s.max_num_batched_tokens < s.max_model_len:
-        problems.append(problem(f"{key}.max_num_batched_tokens", s.max_num_batched_tokens, f"below max_model_len "
-                                f"{s.max_model_len} without chunked prefill (a whole prompt must fit one step)",
-                                "raise it to at least max_model_len, or enable chunked prefill"))
+    if s.enable_chunked_prefill is False and rel.chunked_prefill == "always":
+        problems.append(problem(f"{key}.enable_chunked_prefill", False, f"vLLM {rel.version} chunks prefill for "
+                                "every generative model whatever is asked (vllm/engine/arg_utils.py "
+                                "_set_default_args_v1): the setting would have no effect",
+                                "leave it unset, or set vllm_version to a release that can turn it off"))
+    tokens = s.max_num_batched_tokens
+    if tokens is not None and tokens < s.max_model_len and not rel.chunks_prefill(s.enable_chunked_prefill,
+                                                                                   s.max_model_len):
+        why = "chunked prefill is off" if s.enable_chunked_prefill is False else \
+            f"vLLM {rel.version} does not chunk prefill at this length unless asked"
+        problems.append(problem(f"{key}.max_num_batched_tokens", tokens, f"below max_model_len {s.max_model_len} "
+                                f"and {why}: a whole prompt must fit one step, and vLLM refuses to start",
+                                "raise it to at least max_model_len, or set enable_chunked_prefill: true"))
+    if tokens is not None and tokens < s.max_num_seqs:
+        problems.append(problem(f"{key}.max_num_batched_tokens", tokens, f"below max_num_seqs {s.max_num_seqs}: "
+                                "vLLM refuses to start (SchedulerConfig: \"must be greater than or equal to "
+                                "max_num_seqs\")",
+                                f"raise it to at least {s.max_num_seqs}, or lower max_num_seqs"))
     if known is not None:
         for flag in typed_args(s):
             if flag.startswith("-") and flag not in known:

@@ -90,6 +90,14 @@ class VoltaFacts:
     sampler_path: str | None = None
     sampler_triton_rows: int | None = None
     sampler_path_source: str = ""
+    #: chunked prefill under `vllm serve` (chunked_prefill): "long_context" above `chunked_prefill_above` tokens
+    #: (V0), "always" or "unless_off" (V1)
+    chunked_prefill: str = ""
+    chunked_prefill_above: int | None = None
+    chunked_prefill_source: str = ""
+    #: where SchedulerConfig refuses max_num_batched_tokens below max_model_len or max_num_seqs
+    #: (batched_tokens_checks)
+    batched_tokens_source: str = ""
 
     def as_dict(self) -> dict:
         return {
@@ -105,6 +113,8 @@ class VoltaFacts:
                                      if self.profile_tokens_large else None),
             "sampler_path": self.sampler_path, "sampler_triton_rows": self.sampler_triton_rows,
             "sampler_path_source": self.sampler_path_source,
+            "chunked_prefill": self.chunked_prefill, "chunked_prefill_above": self.chunked_prefill_above,
+            "chunked_prefill_source": self.chunked_prefill_source, "batched_tokens_source": self.batched_tokens_source,
             "env": self.env,
         }
 
@@ -566,6 +576,96 @@ def environment(files: Mapping[str, str]) -> dict[str, str | None]:
     return out
 
 
+# --- chunked prefill and the scheduler's checks -----------------------------------------------------------------
+
+ARG_UTILS = "vllm/engine/arg_utils.py"
+
+
+def _is_self_attr(node: ast.AST, attr: str) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) \
+        and node.value.id == "self"
+
+
+def _assigns_chunked(stmts: list[ast.stmt], value: object = None) -> bool:
+    """Whether `self.enable_chunked_prefill = <value>` (any value where None) is among these statements."""
+    return any(isinstance(s, ast.Assign) and any(_is_self_attr(t, "enable_chunked_prefill") for t in s.targets)
+               and (value is None or isinstance(s.value, ast.Constant) and s.value.value is value) for s in stmts)
+
+
+def _is_none_test(node: ast.expr) -> bool:
+    """`self.enable_chunked_prefill is None`."""
+    return isinstance(node, ast.Compare) and _is_self_attr(node.left, "enable_chunked_prefill") \
+        and isinstance(node.ops[0], ast.Is) and isinstance(node.comparators[0], ast.Constant) \
+        and node.comparators[0].value is None
+
+
+def chunked_prefill(files: Mapping[str, str], engine: str) -> tuple[str, int | None, str]:
+    """(rule, threshold tokens, source) of chunked prefill under `vllm serve` for a decoder-only generative model
+    on the engine that serves on Volta:
+    - "long_context" (V0, EngineArgs._set_default_args_v0): on by default only above max_model_len `threshold`
+      (`use_long_context = max_model_len > 32768` in 0.8.5.post1), the setting wins when given;
+    - "always" (V1 in 0.10.2, EngineArgs._set_default_args_v1): `self.enable_chunked_prefill = True` for every
+      non-pooling model, --no-enable-chunked-prefill included (it has no effect);
+    - "unless_off" (V1 from 0.11, EngineArgs._set_default_chunked_prefill_and_prefix_caching_args): on by default
+      (ModelConfig.is_chunked_prefill_supported), off when asked.
+    Raises SourceShapeError where arg_utils.py has none of these shapes."""
+    cls = _class(_tree(files, ARG_UTILS), "EngineArgs")
+    if cls is None:
+        raise SourceShapeError(f"{ARG_UTILS}: no class EngineArgs")
+    if engine == "V0":
+        fn = _method(cls, "_set_default_args_v0")
+        for n in ast.walk(fn) if fn else ():
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) \
+                    and n.targets[0].id == "use_long_context" and isinstance(n.value, ast.Compare) \
+                    and isinstance(n.value.ops[0], ast.Gt) and isinstance(n.value.comparators[0], ast.Constant):
+                above = n.value.comparators[0].value
+                return "long_context", above, (f"{ARG_UTILS} EngineArgs._set_default_args_v0: on by default above "
+                                               f"max_model_len {above} (use_long_context), the setting wins")
+        raise SourceShapeError(f"{ARG_UTILS}: no `use_long_context = max_model_len > N` in _set_default_args_v0")
+    fn = _method(cls, "_set_default_chunked_prefill_and_prefix_caching_args")
+    if fn is not None and any(isinstance(n, ast.If) and _is_none_test(n.test) and _assigns_chunked(n.body)
+                              for n in ast.walk(fn)):
+        return "unless_off", None, (f"{ARG_UTILS} EngineArgs._set_default_chunked_prefill_and_prefix_caching_args: "
+                                    "on by default (is_chunked_prefill_supported), off when asked")
+    fn = _method(cls, "_set_default_args_v1")
+    for n in ast.walk(fn) if fn else ():
+        if isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and isinstance(n.test.left, ast.Attribute) \
+                and n.test.left.attr == "runner_type" and isinstance(n.test.ops[0], ast.NotEq) \
+                and _assigns_chunked(n.body, True):
+            return "always", None, (f"{ARG_UTILS} EngineArgs._set_default_args_v1: `self.enable_chunked_prefill = "
+                                    "True` for every non-pooling model, whatever was asked")
+    raise SourceShapeError(f"{ARG_UTILS}: no chunked-prefill default of a known shape")
+
+
+SCHEDULER_CONFIG = ("vllm/config/scheduler.py", "vllm/config.py")
+
+
+def batched_tokens_checks(files: Mapping[str, str]) -> str:
+    """Where SchedulerConfig refuses a max_num_batched_tokens below max_model_len without chunked prefill and one
+    below max_num_seqs (`if self.max_num_batched_tokens < ...: raise ValueError`), as "FILE SchedulerConfig.METHOD"
+    (vllm/config.py _verify_args in 0.8.5.post1, vllm/config/scheduler.py verify_max_model_len in 0.19.1). Raises
+    SourceShapeError where either check is missing: the toolkit refuses both before any change."""
+    for path in SCHEDULER_CONFIG:
+        if path not in files:
+            continue
+        cls = _class(_tree(files, path), "SchedulerConfig")
+        for fn in cls.body if cls else ():
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            below = set()
+            for n in ast.walk(fn):
+                if isinstance(n, ast.If) and any(isinstance(b, ast.Raise) for b in n.body):
+                    for c in ast.walk(n.test):
+                        if isinstance(c, ast.Compare) and _is_self_attr(c.left, "max_num_batched_tokens") \
+                                and isinstance(c.ops[0], ast.Lt):
+                            other = c.comparators[0]
+                            below.add(other.attr if isinstance(other, ast.Attribute) else getattr(other, "id", ""))
+            if {"max_model_len", "max_num_seqs"} <= below:
+                return f"{path} SchedulerConfig.{fn.name}"
+    raise SourceShapeError("SchedulerConfig: no check of max_num_batched_tokens against max_model_len and "
+                           "max_num_seqs")
+
+
 # --- all together ----------------------------------------------------------------------------------------------
 
 def derive(files: Mapping[str, str]) -> VoltaFacts:
@@ -578,7 +678,8 @@ def derive(files: Mapping[str, str]) -> VoltaFacts:
         heads = {backend: _v0_head_sizes(files, backend)}
         return VoltaFacts(v0, engine, engine_source, backend, backend_source, (backend,), heads, accepted,
                           accepted_source, {backend: _volta_kv(accepted, None, False)}, VOLTA_KV_RULE, None,
-                          "V0: max(max_model_len, 2048), or 512 with chunked prefill (roles/planner/vllm.py)", env)
+                          "V0: max(max_model_len, 2048), or 512 with chunked prefill (roles/planner/vllm.py)", env,
+                          **_scheduler(files, engine))
     old = _v1_backend_0_10(files)
     if old is not None:
         backend, backend_source, default_path = old
@@ -607,4 +708,11 @@ def derive(files: Mapping[str, str]) -> VoltaFacts:
     tokens, tokens_source = profile_tokens(files)
     return VoltaFacts(v0, engine, engine_source, backend, backend_source, tuple(chain), heads, accepted,
                       accepted_source, volta_kv, VOLTA_KV_RULE, tokens, tokens_source, env,
-                      large_gpu_profile_tokens(files), *sampler_path(files))
+                      large_gpu_profile_tokens(files), *sampler_path(files), **_scheduler(files, engine))
+
+
+def _scheduler(files: Mapping[str, str], engine: str) -> dict:
+    """VoltaFacts' chunked-prefill and scheduler-check fields."""
+    rule, above, source = chunked_prefill(files, engine)
+    return {"chunked_prefill": rule, "chunked_prefill_above": above, "chunked_prefill_source": source,
+            "batched_tokens_source": batched_tokens_checks(files)}

@@ -89,6 +89,11 @@ class VllmRelease:
     vision_args: tuple[str, ...] = ()
     start_timeout_s: int = 600
     sources: dict[str, str] = field(default_factory=dict)
+    #: chunked prefill under `vllm serve` (release_source.chunked_prefill): "long_context" (V0: on by default only
+    #: above max_model_len chunked_prefill_above, the setting wins), "always" (on for every generative model, the
+    #: setting ignored) or "unless_off" (on by default, off when asked)
+    chunked_prefill: str = "unless_off"
+    chunked_prefill_above: int | None = None
     #: why vision-language models cannot run on compute capability < 8.0 with this release (None: they can): the
     #: machine code its vision encoder launches there lacks sm_70 (roles/vllm/machine_code.py VOLTA_LIMITS)
     volta_vision: str | None = None
@@ -106,6 +111,15 @@ class VllmRelease:
         if large and memory_mib * (1 << 20) >= large[0] * (1 << 30) and not any(x in name.lower() for x in large[2]):
             return large[1]
         return self.profile_tokens
+
+    def chunks_prefill(self, asked: bool | None, max_model_len: int) -> bool:
+        """Whether this release's `vllm serve` chunks prefill for a decoder-only generative model of
+        `max_model_len` tokens given --enable-chunked-prefill `asked` (None: not given), by chunked_prefill."""
+        if self.chunked_prefill == "always":
+            return True
+        if asked is not None:
+            return asked
+        return self.chunked_prefill != "long_context" or max_model_len > (self.chunked_prefill_above or 0)
 
     def sampler_path_for(self, max_num_seqs: int) -> str | None:
         """The profile run's top-k/top-p path for `max_num_seqs` dummy requests (it samples one row each):
@@ -128,6 +142,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
     "0.8.5.post1": VllmRelease(
         "0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
         environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"},
+        chunked_prefill="long_context", chunked_prefill_above=32768,
         # fp8_e5m2 KV is storage-only: no FP8 hardware needed (docs/volta.md §4; M)
         kv_cache_dtypes=("auto", "fp8_e5m2"),
         attention_backend="XFORMERS",
@@ -153,6 +168,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         head_sizes=HeadSizes((32, 64, 96, 128, 160, 192, 224, 256), source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.get_supported_head_sizes")),
         profile_tokens=2048, profile_tokens_large=(70, 8192, ("a100",)), sampler_path="sort",
+        chunked_prefill="always",
         sources={"attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls: VLLM_ATTENTION_BACKEND "
                                       "TRITON_ATTN_VLLM_V1 -> triton_attn.TritonAttentionBackend (the default below "
                                       "8.0 is flex_attention.FlexAttentionBackend)",
@@ -178,6 +194,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         head_sizes=HeadSizes(minimum=32, source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.supports_head_size")),
         profile_tokens=2048, profile_tokens_large=(70, 8192, ("a100",)), sampler_path="triton", sampler_triton_rows=8,
+        chunked_prefill="unless_off",
         volta_args=("--attention-backend", "TRITON_ATTN", "--compilation-config.cudagraph_mode=FULL_DECODE_ONLY"),
         vision_args=("--skip-mm-profiling",),
         start_timeout_s=1800,

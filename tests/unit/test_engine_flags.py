@@ -25,6 +25,7 @@ from roles.llama_cpp.versions import SOURCES
 from roles.llama_cpp.settings import LlamaCppInstance
 from roles.vllm.settings import VllmInstance
 from roles.vllm import flags as vf
+from roles.vllm.versions import VLLM_RELEASES
 
 NEW, OLD = SOURCES["pypi-0.3.36"].server_flags, SOURCES["pypi-0.3.16"].server_flags
 KEY = "llama_cpp_instances.tiny"
@@ -156,7 +157,7 @@ def test_vllm_extra_args():
     assert "not a flag of this vLLM release" in p
     assert vf.typed_args(VllmInstance(model_path="/m")) == []
     (p,) = vf.typed_problems("vllm_instances.tiny", VllmInstance(model_path="/m", enable_auto_tool_choice=True),
-                             VLLM_OLD)
+                             VLLM_OLD, VLLM_RELEASES["0.8.5.post1"])
     assert "tool_call_parser" in p
 
 

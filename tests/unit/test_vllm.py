@@ -244,3 +244,17 @@ def test_host_model_dir_fact_follows_the_index_and_skips_consolidated_duplicates
     assert fact.process(out) == {"config": {"num_hidden_layers": 2}, "safetensors_bytes": 300}
     out[5] = '{"weight_map": {"a": "consolidated.safetensors"}}'
     assert fact.process(out)["safetensors_bytes"] == 300 and fact.process([]) is None
+
+
+def test_batched_tokens_vllm_would_refuse_are_refused_before_any_change(model):
+    """Issue 27: vLLM 0.8.5.post1 (V0) chunks prefill by default only above 32768 tokens, and its SchedulerConfig
+    raises "max_num_batched_tokens (1024) is smaller than max_model_len (8192)" (vllm/config.py _verify_args,
+    tests/data/vllm_source); every pinned release raises on fewer batched tokens than max_num_seqs."""
+    why = refused(plan(model(), instance={"max_num_batched_tokens": 1024}))
+    assert "vllm_instances.m.max_num_batched_tokens = 1024" in why and "below max_model_len 8192" in why
+    assert plan(model(), instance={"max_num_batched_tokens": 1024, "enable_chunked_prefill": True})[1] == []
+    why = refused(plan(model(), instance={"max_num_batched_tokens": 32, "enable_chunked_prefill": True}))
+    assert "below max_num_seqs 64" in why
+    # 0.10.2 chunks whatever is asked: an explicit false would be silently ignored
+    why = refused(plan(model(), vllm_version="0.10.2", instance={"enable_chunked_prefill": False}))
+    assert "vllm_instances.m.enable_chunked_prefill = False" in why and "no effect" in why

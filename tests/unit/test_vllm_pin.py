@@ -144,6 +144,9 @@ def test_the_release_table_holds_what_the_code_says():
         assert (rel.sampler_path, rel.sampler_triton_rows) == (f.sampler_path, f.sampler_triton_rows) \
             == (data["facts"]["sampler_path"], data["facts"]["sampler_triton_rows"])
         assert rel.engine == f.engine == data["facts"]["engine"]
+        assert (rel.chunked_prefill, rel.chunked_prefill_above) == (f.chunked_prefill, f.chunked_prefill_above) \
+            == (data["facts"]["chunked_prefill"], data["facts"]["chunked_prefill_above"])
+        assert f.batched_tokens_source == data["facts"]["batched_tokens_source"]
 
 
 def test_what_changed_names_each_difference():
@@ -158,6 +161,7 @@ def test_what_changed_names_each_difference():
     assert "profile tokens (vllm serve, V1): None -> 2048" in lines
     assert "profile tokens on large GPUs ([GiB, tokens, names kept below]): None -> [70, 8192, ['a100']]" in lines
     assert "V1 sampler's top-k/top-p: None -> sort" in lines
+    assert "chunked prefill under vllm serve: long_context -> always" in lines
     flags = next(line for line in lines if line.startswith("flags:"))
     assert "--skip-mm-profiling" in flags.split("removed")[0] and vllm_pin.changes(old, old) == []
 
@@ -210,3 +214,128 @@ def test_orchestration_refuses_on_failing_binaries_with_a_fake_check(monkeypatch
 
 def test_default_release_data_exists():
     assert release_data_file(DEFAULT_VERSION).is_file()
+
+
+# --- chunked prefill and max_num_batched_tokens: vLLM's own code run on the toolkit's settings --------------------
+
+#: the method that sets enable_chunked_prefill under `vllm serve` on Volta, read by hand in each release's excerpt
+CHUNKED_DEFAULT = {"0.8.5.post1": "_set_default_args_v0", "0.10.2": "_set_default_args_v1",
+                   "0.19.1": "_set_default_chunked_prefill_and_prefix_caching_args"}
+
+
+def _method_code(source: str, cls: str, name: str | None, upto_chunked: bool):
+    """A function object from a method of the excerpt, annotations dropped; upto_chunked: only its statements up
+    to the last one that assigns self.enable_chunked_prefill (the rest needs a device)."""
+    import ast
+
+    klass = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next(n for n in klass.body if isinstance(n, ast.FunctionDef) and (name is None or n.name == name))
+    if upto_chunked:
+        last = max(i for i, s in enumerate(fn.body) for n in ast.walk(s)
+                   if isinstance(n, ast.Attribute) and n.attr == "enable_chunked_prefill"
+                   and isinstance(n.ctx, ast.Store))
+        fn.body = fn.body[:last + 1]
+    fn.returns = None
+    for a in fn.args.args:
+        a.annotation = None
+    fn.decorator_list = []
+    module = ast.Module([fn], [])
+    ast.fix_missing_locations(module)
+    quiet = type("Logger", (), {k: staticmethod(lambda *a, **k: None)
+                                for k in ("debug", "info", "warning", "warning_once")})
+    scope = {"logger": quiet}
+    exec(compile(module, "<vllm excerpt>", "exec"), scope)
+    return scope[fn.name]
+
+
+def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: int, seqs: int):
+    """(chunked prefill as the release sets it, SchedulerConfig's ValueError or None) for a decoder-only generative
+    model served by `vllm serve`, by running the release's own excerpted code."""
+    from types import SimpleNamespace
+
+    src = files(version)
+    default = _method_code(src["vllm/engine/arg_utils.py"], "EngineArgs", CHUNKED_DEFAULT[version], True)
+    engine_args = SimpleNamespace(enable_chunked_prefill=asked, enable_prefix_caching=None, speculative_config=None,
+                                  enable_lora=False, enable_prompt_adapter=False)
+    model_config = SimpleNamespace(max_model_len=max_model_len, is_multimodal_model=False, use_mla=False,
+                                   runner_type="generate", get_sliding_window=lambda: None,
+                                   is_chunked_prefill_supported=True, is_prefix_caching_supported=True)
+    if version == "0.10.2":
+        default(engine_args, None, model_config)
+    else:
+        default(engine_args, model_config)
+    chunked = engine_args.enable_chunked_prefill
+    path = "vllm/config.py" if "vllm/config.py" in src else "vllm/config/scheduler.py"
+    check = _method_code(src[path], "SchedulerConfig", None, False)
+    sched = SimpleNamespace(max_num_batched_tokens=batched, max_model_len=max_model_len, max_num_seqs=seqs,
+                            chunked_prefill_enabled=chunked, enable_chunked_prefill=chunked)
+    try:
+        check(sched, max_model_len) if check.__code__.co_argcount == 2 else check(sched)
+    except ValueError as e:
+        return chunked, str(e)
+    return chunked, None
+
+
+@pytest.mark.parametrize("version", ["0.8.5.post1", "0.10.2", "0.19.1"])
+def test_max_num_batched_tokens_is_refused_exactly_where_vllm_refuses_it(version, monkeypatch):
+    """Issue 27: the toolkit's checks of max_num_batched_tokens and enable_chunked_prefill
+    (roles/vllm/flags.py typed_problems) against the release's own code, run here on the same settings (its
+    chunked-prefill default in EngineArgs, then SchedulerConfig's checks): a refusal exactly where vLLM raises,
+    and enable_chunked_prefill refused exactly where the release overrides what was asked."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from roles.vllm import flags as vf
+    from roles.vllm.settings import VllmInstance
+
+    platforms = ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(is_cuda=lambda: True)  # V0's long-context default is GPU-only
+    monkeypatch.setitem(sys.modules, "vllm", ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    rel, seen = VLLM_RELEASES[version], set()
+    for asked in (None, True, False):
+        for length in (4096, 32768, 32769, 65536):
+            for batched in (32, 512, 4096, 32768, 40000, 65536):
+                for seqs in (64, 256):
+                    chunked, error = vllm_verdict(version, asked, length, batched, seqs)
+                    inst = VllmInstance(model_path="/m", max_model_len=length, max_num_batched_tokens=batched,
+                                        max_num_seqs=seqs, enable_chunked_prefill=asked)
+                    problems = vf.typed_problems("vllm_instances.m", inst, None, rel)
+                    case = (asked, length, batched, seqs, error, problems)
+                    ours = [p for p in problems if p.startswith("vllm_instances.m.max_num_batched_tokens")]
+                    assert bool(ours) == (error is not None), case
+                    if error and "smaller than max_model_len" in error:
+                        assert any(f"below max_model_len {length}" in p for p in ours), case
+                    if error and "max_num_seqs" in error:
+                        assert any(f"below max_num_seqs {seqs}" in p for p in ours), case
+                    ignored = asked is not None and chunked != asked
+                    assert any(p.startswith("vllm_instances.m.enable_chunked_prefill") for p in problems) \
+                        == ignored, case
+                    seen.add((error is not None, ignored))
+    # the grid reaches both sides (a test that only ever accepts proves nothing)
+    assert {(True, False), (False, False)} <= seen
+    assert ((False, True) in seen) == (version == "0.10.2")
+
+
+def test_the_chunked_prefill_rule_of_each_release_and_an_unknown_shape():
+    """Read by hand: 0.8.5.post1 arg_utils.py 1504 `use_long_context = max_model_len > 32768`; 0.10.2 1622-1623
+    `if model_config.runner_type != "pooling": self.enable_chunked_prefill = True`; 0.19.1 2113-2114 `if
+    self.enable_chunked_prefill is None: self.enable_chunked_prefill = default_chunked_prefill`."""
+    from roles.planner.vllm import VLLM_CHUNKED_PREFILL_ABOVE
+
+    got = {v: rs.derive(files(v)) for v in ("0.8.5.post1", "0.10.2", "0.19.1")}
+    assert {v: (f.chunked_prefill, f.chunked_prefill_above) for v, f in got.items()} == {
+        "0.8.5.post1": ("long_context", 32768), "0.10.2": ("always", None), "0.19.1": ("unless_off", None)}
+    assert got["0.19.1"].batched_tokens_source == "vllm/config/scheduler.py SchedulerConfig.verify_max_model_len"
+    assert got["0.8.5.post1"].batched_tokens_source == "vllm/config.py SchedulerConfig._verify_args"
+    # the planner's V0 profile rule uses the same threshold
+    assert VLLM_CHUNKED_PREFILL_ABOVE == got["0.8.5.post1"].chunked_prefill_above
+    f = files("0.8.5.post1")
+    f["vllm/engine/arg_utils.py"] = f["vllm/engine/arg_utils.py"].replace("use_long_context = max_model_len > 32768",
+                                                                          "use_long_context = is_long(max_model_len)")
+    with pytest.raises(rs.SourceShapeError, match="use_long_context"):
+        rs.derive(f)
+    g = files("0.19.1")
+    g["vllm/config/scheduler.py"] = g["vllm/config/scheduler.py"].replace("< self.max_num_seqs", "< 1")
+    with pytest.raises(rs.SourceShapeError, match="max_num_seqs"):
+        rs.derive(g)

@@ -2,3 +2,22 @@
 # Only the parts tests/unit/test_vllm_pin.py needs; each block keeps its original lines, numbered.
 # lines 1291-1291:
 CacheDType = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+# line 1821:
+class SchedulerConfig:
+    # lines 2022-2037:
+    def _verify_args(self) -> None:
+        if (self.max_num_batched_tokens < self.max_model_len
+                and not self.chunked_prefill_enabled):
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is "
+                f"smaller than max_model_len ({self.max_model_len}). "
+                "This effectively limits the maximum sequence length to "
+                "max_num_batched_tokens and makes vLLM reject longer "
+                "sequences. Please increase max_num_batched_tokens or "
+                "decrease max_model_len.")
+
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must "
+                "be greater than or equal to max_num_seqs "
+                f"({self.max_num_seqs}).")
