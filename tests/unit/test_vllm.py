@@ -258,3 +258,24 @@ def test_batched_tokens_vllm_would_refuse_are_refused_before_any_change(model):
     # 0.10.2 chunks whatever is asked: an explicit false would be silently ignored
     why = refused(plan(model(), vllm_version="0.10.2", instance={"enable_chunked_prefill": False}))
     assert "vllm_instances.m.enable_chunked_prefill = False" in why and "no effect" in why
+
+
+def test_tensor_parallel_over_mixed_gpus_profiles_what_the_largest_would(model, monkeypatch):
+    """Issue 27: V1's `vllm serve` profiles 8192 tokens on a GPU of 70 GiB or more that is not an A100 and 2048 on
+    a V100 (vllm/engine/arg_utils.py get_batch_defaults, tests/data/vllm_source/0.19.1); which rank's device decides
+    is not read, so tensor parallel over an H100 and a V100 plans the larger profile run (the side that leaves
+    less KV cache): the same activation peak as two H100s, more than two V100s, in either order."""
+    from roles.planner import vllm as vllm_planner
+
+    # the tiny model's per-token activations are below the planner's floor: without it the profiled tokens show
+    monkeypatch.setattr(vllm_planner, "VLLM_ACTIVATION_FLOOR_BYTES", 0)
+    h100 = {**V100, "name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0", "memory_mib": 81559}
+
+    def buffer(*gpus):
+        gpus = [{**g, "index": i} for i, g in enumerate(gpus)]
+        p, problems = plan(model(), gpus=gpus, vllm_version="0.19.1", instance={"tensor_parallel_size": 2})
+        assert problems == [], problems
+        return p.instances[0].memory.compute_buffer_bytes
+
+    two_v100, two_h100 = buffer(V100, V100), buffer(h100, h100)
+    assert two_v100 < two_h100 == buffer(V100, h100) == buffer(h100, V100)
