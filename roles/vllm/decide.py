@@ -232,6 +232,22 @@ def head_size_problems(key: str, hf: planner.HfModel, rel: VllmRelease) -> list[
                     f"({sizes.source})", fix)]
 
 
+def v0_unchunked_reason(config: dict) -> str | None:
+    """Why vLLM's V0 engine keeps chunked prefill off by default for this model at any max_model_len, or None
+    where it turns it on above 32768: a vision-language model (multimodal), MLA (DeepSeek-V2/V3 with
+    kv_lora_rank) or a sliding window (vllm/engine/arg_utils.py EngineArgs._set_default_args_v0; the window as
+    ModelConfig.get_hf_config_sliding_window reads it: `sliding_window` unless `use_sliding_window` is false;
+    vllm/config.py of 0.8.5.post1)."""
+    text = planner.hf_text_config(config)
+    if multimodal(config):
+        return "a vision-language model"
+    if text.get("model_type") in ("deepseek_v2", "deepseek_v3") and text.get("kv_lora_rank") is not None:
+        return "an MLA model"
+    if text.get("sliding_window") is not None and text.get("use_sliding_window", True):
+        return f"a model with a sliding window ({text['sliding_window']} tokens)"
+    return None
+
+
 def multimodal(config: dict) -> bool:
     """Whether config.json describes a vision-language model: a vision_config (LLaVA, Qwen2-VL, Gemma-3, Mllama)."""
     return isinstance(config.get("vision_config"), dict)
@@ -420,14 +436,16 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
 def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
            vllm_version: str | None = None, pipeline_parallel: int = 1,
            v1_profile_tokens: int | None = None, encoder: int = 0,
-           sampler_path: str | None = None) -> tuple[planner.Plan, list[str]]:
+           sampler_path: str | None = None, long_context: bool = True) -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
     float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
     run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each);
     v1_profile_tokens: the release's V1 profile tokens on the GPU (VllmRelease.profile_tokens_on; None: the
     planner's default);
     encoder: a vision encoder's memory per GPU (bytes, encoder_memory_gib), kept out of the KV cache; sampler_path:
-    the release's top-k/top-p path in the profile run (VllmRelease.sampler_path_for; None: the planner's default)."""
+    the release's top-k/top-p path in the profile run (VllmRelease.sampler_path_for; None: the planner's default);
+    long_context: False where V0 keeps chunked prefill off for the model at any length unless asked
+    (v0_unchunked_reason): its profile run then covers max_model_len."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
@@ -436,7 +454,8 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
                               engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
                               v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder, sampler_path=sampler_path,
-                              enable_chunked_prefill=inst.enable_chunked_prefill,
+                              enable_chunked_prefill=inst.enable_chunked_prefill if long_context
+                              or inst.enable_chunked_prefill is not None else False,
                               max_num_batched_tokens=inst.max_num_batched_tokens)
     if mplan.fits:
         return mplan, []
@@ -501,10 +520,11 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
                                  "authenticates, or set api_key_file and expose_to_network: true")
     api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
     known = known_flags(rel.version)
-    more += extra_args_problems(f"{key}.extra_args", inst.extra_args, known, rel.volta_args + rel.vision_args) \
-        + typed_problems(key, inst, known, rel)
+    more += extra_args_problems(f"{key}.extra_args", inst.extra_args, known, rel.volta_args + rel.vision_args)
     model_path, files_, config, hf, more2 = _model(key, inst, name, settings.base_service_home, host_model)
-    problems += more + more2
+    unchunked = v0_unchunked_reason(config) if config is not None and rel.chunked_prefill == "long_context" \
+        else None
+    problems += more + more2 + typed_problems(key, inst, known, rel, unchunked)
     mplan = None
     if config is not None:
         problems += (more := model_problems(key, inst, config, cc, rel) + head_size_problems(key, hf, rel)
@@ -518,7 +538,7 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
                 or rel.profile_tokens_on(settings.gpu_memory_mib)
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
                                  rel.version, pipeline_parallel, tokens, encoder_bytes(inst),
-                                 rel.sampler_path_for(inst.max_num_seqs))
+                                 rel.sampler_path_for(inst.max_num_seqs), unchunked is None)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()

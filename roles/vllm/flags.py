@@ -125,13 +125,16 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
                                   "release, or remove it"), refused=refused, flag_of=flag_of)
 
 
-def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None, rel: VllmRelease) -> list[str]:
+def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None, rel: VllmRelease,
+                   unchunked: str | None = None) -> list[str]:
     """The typed settings vLLM `rel` would refuse at start-up or ignore, as problem strings: enable_auto_tool_choice
     without tool_call_parser; max_num_batched_tokens below max_model_len where the release does not chunk prefill
     (unset enable_chunked_prefill included: V0 chunks only above 32768 tokens) or below max_num_seqs, which
     SchedulerConfig raises on (files/vllm/<version>.json batched_tokens_source, found in the release's code by
     release_source.batched_tokens_checks); enable_chunked_prefill: false where the release chunks whatever is asked
-    (0.10.2: EngineArgs._set_default_args_v1); and a typed flag the release lacks (known: its parser's flags)."""
+    (0.10.2: EngineArgs._set_default_args_v1); and a typed flag the release lacks (known: its parser's flags).
+    unchunked: why V0 keeps chunked prefill off for this model at any length (decide.v0_unchunked_reason; None:
+    the model does not, or is not read)."""
     problems = []
     if s.enable_auto_tool_choice and not s.tool_call_parser:
         problems.append(problem(f"{key}.enable_auto_tool_choice", True, "vLLM needs --tool-call-parser with it",
@@ -142,10 +145,11 @@ def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None, rel:
                                 "_set_default_args_v1): the setting would have no effect",
                                 "leave it unset, or set vllm_version to a release that can turn it off"))
     tokens = s.max_num_batched_tokens
-    if tokens is not None and tokens < s.max_model_len and not rel.chunks_prefill(s.enable_chunked_prefill,
-                                                                                   s.max_model_len):
+    if tokens is not None and tokens < s.max_model_len and not rel.chunks_prefill(
+            s.enable_chunked_prefill, s.max_model_len, unchunked is None):
         why = "chunked prefill is off" if s.enable_chunked_prefill is False else \
-            f"vLLM {rel.version} does not chunk prefill at this length unless asked"
+            f"vLLM {rel.version} does not chunk prefill {f'for {unchunked}' if unchunked else 'at this length'} " \
+            "unless asked"
         problems.append(problem(f"{key}.max_num_batched_tokens", tokens, f"below max_model_len {s.max_model_len} "
                                 f"and {why}: a whole prompt must fit one step, and vLLM refuses to start",
                                 "raise it to at least max_model_len, or set enable_chunked_prefill: true"))

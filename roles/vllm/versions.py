@@ -112,14 +112,17 @@ class VllmRelease:
             return large[1]
         return self.profile_tokens
 
-    def chunks_prefill(self, asked: bool | None, max_model_len: int) -> bool:
+    def chunks_prefill(self, asked: bool | None, max_model_len: int, long_context: bool = True) -> bool:
         """Whether this release's `vllm serve` chunks prefill for a decoder-only generative model of
-        `max_model_len` tokens given --enable-chunked-prefill `asked` (None: not given), by chunked_prefill."""
+        `max_model_len` tokens given --enable-chunked-prefill `asked` (None: not given), by chunked_prefill.
+        long_context: False where the model keeps V0's long-context default off (roles/vllm/decide.py
+        v0_unchunked_reason: a vision-language model, MLA, a sliding window)."""
         if self.chunked_prefill == "always":
             return True
         if asked is not None:
             return asked
-        return self.chunked_prefill != "long_context" or max_model_len > (self.chunked_prefill_above or 0)
+        return self.chunked_prefill != "long_context" or long_context and \
+            max_model_len > (self.chunked_prefill_above or 0)
 
     def sampler_path_for(self, max_num_seqs: int) -> str | None:
         """The profile run's top-k/top-p path for `max_num_seqs` dummy requests (it samples one row each):

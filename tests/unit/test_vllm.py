@@ -279,3 +279,30 @@ def test_tensor_parallel_over_mixed_gpus_profiles_what_the_largest_would(model, 
 
     two_v100, two_h100 = buffer(V100, V100), buffer(h100, h100)
     assert two_v100 < two_h100 == buffer(V100, h100) == buffer(h100, V100)
+
+
+def test_v0_keeps_chunked_prefill_off_for_a_sliding_window_model_and_plans_its_whole_prompt(model, monkeypatch):
+    """Issue 27: vLLM 0.8.5.post1's V0 default turns chunked prefill on above 32768 tokens, but not for a model
+    with a sliding window (vllm/engine/arg_utils.py _set_default_args_v0, `not use_sliding_window`; the window as
+    ModelConfig.get_hf_config_sliding_window reads config.json; tests/data/vllm_source): its profile run then covers
+    the whole max_model_len, and fewer batched tokens than that are refused. `use_sliding_window: false` (Qwen2's
+    configs) turns the window off, and 0.19.1 chunks either way."""
+    from roles.planner import vllm as vllm_planner
+
+    monkeypatch.setattr(vllm_planner, "VLLM_ACTIVATION_FLOOR_BYTES", 0)  # the tiny model's activations show
+    long = {"max_position_embeddings": 65536}
+    windowed = model(**long, sliding_window=4096)
+
+    def buffer(m, **inst):
+        p, problems = plan(m, instance={"max_model_len": 65536, **inst})
+        assert problems == [], problems
+        return p.instances[0].memory.compute_buffer_bytes
+
+    plain, off = buffer(model(**long)), buffer(model(**long, sliding_window=4096, use_sliding_window=False))
+    assert plain == off < buffer(windowed) == buffer(windowed, enable_chunked_prefill=False)
+    assert buffer(windowed, enable_chunked_prefill=True) == plain
+    why = refused(plan(windowed, instance={"max_model_len": 65536, "max_num_batched_tokens": 40000}))
+    assert "vllm_instances.m.max_num_batched_tokens = 40000" in why and "sliding window (4096 tokens)" in why
+    assert plan(model(**long), instance={"max_model_len": 65536, "max_num_batched_tokens": 40000})[1] == []
+    assert plan(windowed, vllm_version="0.19.1",
+                instance={"max_model_len": 65536, "max_num_batched_tokens": 40000})[1] == []

@@ -248,17 +248,30 @@ def _method_code(source: str, cls: str, name: str | None, upto_chunked: bool):
     return scope[fn.name]
 
 
-def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: int, seqs: int):
+#: config.json variants of a generative model: text-only, a vision-language model (vLLM's is_multimodal_model:
+#: the toolkit's reading of a vision_config), and a sliding window on and off (vLLM's own
+#: get_hf_config_sliding_window runs on them where the release has it)
+MODEL_VARIANTS = {"text": {}, "vision": {"vision_config": {"hidden_size": 64}},
+                  "sliding": {"sliding_window": 4096}, "sliding off": {"sliding_window": 4096,
+                                                                      "use_sliding_window": False}}
+
+
+def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: int, seqs: int,
+                 config: dict | None = None):
     """(chunked prefill as the release sets it, SchedulerConfig's ValueError or None) for a decoder-only generative
-    model served by `vllm serve`, by running the release's own excerpted code."""
+    model of config.json `config` served by `vllm serve`, by running the release's own excerpted code."""
     from types import SimpleNamespace
 
-    src = files(version)
+    src, config = files(version), config or {}
     default = _method_code(src["vllm/engine/arg_utils.py"], "EngineArgs", CHUNKED_DEFAULT[version], True)
     engine_args = SimpleNamespace(enable_chunked_prefill=asked, enable_prefix_caching=None, speculative_config=None,
                                   enable_lora=False, enable_prompt_adapter=False)
-    model_config = SimpleNamespace(max_model_len=max_model_len, is_multimodal_model=False, use_mla=False,
-                                   runner_type="generate", get_sliding_window=lambda: None,
+    window = None
+    if "class ModelConfig" in src.get("vllm/config.py", ""):
+        read = _method_code(src["vllm/config.py"], "ModelConfig", "get_hf_config_sliding_window", False)
+        window = read(SimpleNamespace(hf_text_config=SimpleNamespace(**config)))
+    model_config = SimpleNamespace(max_model_len=max_model_len, is_multimodal_model="vision_config" in config,
+                                   use_mla=False, runner_type="generate", get_sliding_window=lambda: window,
                                    is_chunked_prefill_supported=True, is_prefix_caching_supported=True)
     if version == "0.10.2":
         default(engine_args, None, model_config)
@@ -266,7 +279,7 @@ def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: 
         default(engine_args, model_config)
     chunked = engine_args.enable_chunked_prefill
     path = "vllm/config.py" if "vllm/config.py" in src else "vllm/config/scheduler.py"
-    check = _method_code(src[path], "SchedulerConfig", None, False)
+    check = _method_code(src[path], "SchedulerConfig", None, False)  # the class's one method in the excerpt
     sched = SimpleNamespace(max_num_batched_tokens=batched, max_model_len=max_model_len, max_num_seqs=seqs,
                             chunked_prefill_enabled=chunked, enable_chunked_prefill=chunked)
     try:
@@ -286,6 +299,7 @@ def test_max_num_batched_tokens_is_refused_exactly_where_vllm_refuses_it(version
     from types import ModuleType, SimpleNamespace
 
     from roles.vllm import flags as vf
+    from roles.vllm.decide import v0_unchunked_reason
     from roles.vllm.settings import VllmInstance
 
     platforms = ModuleType("vllm.platforms")
@@ -293,25 +307,26 @@ def test_max_num_batched_tokens_is_refused_exactly_where_vllm_refuses_it(version
     monkeypatch.setitem(sys.modules, "vllm", ModuleType("vllm"))
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     rel, seen = VLLM_RELEASES[version], set()
-    for asked in (None, True, False):
-        for length in (4096, 32768, 32769, 65536):
-            for batched in (32, 512, 4096, 32768, 40000, 65536):
-                for seqs in (64, 256):
-                    chunked, error = vllm_verdict(version, asked, length, batched, seqs)
-                    inst = VllmInstance(model_path="/m", max_model_len=length, max_num_batched_tokens=batched,
-                                        max_num_seqs=seqs, enable_chunked_prefill=asked)
-                    problems = vf.typed_problems("vllm_instances.m", inst, None, rel)
-                    case = (asked, length, batched, seqs, error, problems)
-                    ours = [p for p in problems if p.startswith("vllm_instances.m.max_num_batched_tokens")]
-                    assert bool(ours) == (error is not None), case
-                    if error and "smaller than max_model_len" in error:
-                        assert any(f"below max_model_len {length}" in p for p in ours), case
-                    if error and "max_num_seqs" in error:
-                        assert any(f"below max_num_seqs {seqs}" in p for p in ours), case
-                    ignored = asked is not None and chunked != asked
-                    assert any(p.startswith("vllm_instances.m.enable_chunked_prefill") for p in problems) \
-                        == ignored, case
-                    seen.add((error is not None, ignored))
+    grid = [(v, a, n, b, q) for v in MODEL_VARIANTS for a in (None, True, False)
+            for n in (4096, 32768, 32769, 65536) for b in (32, 512, 4096, 32768, 40000, 65536) for q in (64, 256)]
+    for variant, asked, length, batched, seqs in grid:
+        config = MODEL_VARIANTS[variant]
+        chunked, error = vllm_verdict(version, asked, length, batched, seqs, config)
+        inst = VllmInstance(model_path="/m", max_model_len=length, max_num_batched_tokens=batched,
+                            max_num_seqs=seqs, enable_chunked_prefill=asked)
+        # as roles/vllm/decide.py instance() reads the model for a release with V0's default
+        unchunked = v0_unchunked_reason(config) if rel.chunked_prefill == "long_context" else None
+        problems = vf.typed_problems("vllm_instances.m", inst, None, rel, unchunked)
+        case = (variant, asked, length, batched, seqs, error, problems)
+        ours = [p for p in problems if p.startswith("vllm_instances.m.max_num_batched_tokens")]
+        assert bool(ours) == (error is not None), case
+        if error and "smaller than max_model_len" in error:
+            assert any(f"below max_model_len {length}" in p for p in ours), case
+        if error and "max_num_seqs" in error:
+            assert any(f"below max_num_seqs {seqs}" in p for p in ours), case
+        ignored = asked is not None and chunked != asked
+        assert any(p.startswith("vllm_instances.m.enable_chunked_prefill") for p in problems) == ignored, case
+        seen.add((error is not None, ignored))
     # the grid reaches both sides (a test that only ever accepts proves nothing)
     assert {(True, False), (False, False)} <= seen
     assert ((False, True) in seen) == (version == "0.10.2")

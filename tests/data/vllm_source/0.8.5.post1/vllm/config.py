@@ -1,5 +1,19 @@
 # Excerpt of vllm/config.py from vllm-0.8.5.post1-cp38-abi3-manylinux1_x86_64.whl (PyPI, sha256 b7f0dbd46f82aac6b2e7489c2bbf1c90fdc2e56d3f1fff44549951db40814d5a).
 # Only the parts tests/unit/test_vllm_pin.py needs; each block keeps its original lines, numbered.
+# line 203:
+class ModelConfig:
+    # lines 952-962:
+    def get_hf_config_sliding_window(
+            self) -> Union[Optional[int], list[Optional[int]]]:
+        """Get the sliding window size, or None if disabled."""
+
+        # Some models, like Qwen2 and Qwen1.5, use `use_sliding_window` in
+        # addition to sliding window size. We check if that field is present
+        # and if it's False, return None.
+        if (hasattr(self.hf_text_config, "use_sliding_window")
+                and not self.hf_text_config.use_sliding_window):
+            return None
+        return getattr(self.hf_text_config, "sliding_window", None)
 # lines 1291-1291:
 CacheDType = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 # line 1821:
