@@ -249,9 +249,11 @@ def _method_code(source: str, cls: str, name: str | None, upto_chunked: bool):
 
 
 #: config.json variants of a generative model: text-only, a vision-language model (vLLM's is_multimodal_model:
-#: the toolkit's reading of a vision_config), and a sliding window on and off (vLLM's own
+#: the toolkit's reading of a vision_config), MLA (vllm/config.py ModelConfig.is_deepseek_mla, 0.8.5.post1 lines
+#: 979-985: model_type deepseek_v2/v3 with a kv_lora_rank), and a sliding window on and off (vLLM's own
 #: get_hf_config_sliding_window runs on them where the release has it)
 MODEL_VARIANTS = {"text": {}, "vision": {"vision_config": {"hidden_size": 64}},
+                  "mla": {"model_type": "deepseek_v2", "kv_lora_rank": 512},
                   "sliding": {"sliding_window": 4096}, "sliding off": {"sliding_window": 4096,
                                                                       "use_sliding_window": False}}
 
@@ -271,7 +273,8 @@ def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: 
         read = _method_code(src["vllm/config.py"], "ModelConfig", "get_hf_config_sliding_window", False)
         window = read(SimpleNamespace(hf_text_config=SimpleNamespace(**config)))
     model_config = SimpleNamespace(max_model_len=max_model_len, is_multimodal_model="vision_config" in config,
-                                   use_mla=False, runner_type="generate", get_sliding_window=lambda: window,
+                                   use_mla=config.get("model_type") in ("deepseek_v2", "deepseek_v3")
+                                   and config.get("kv_lora_rank") is not None, runner_type="generate", get_sliding_window=lambda: window,
                                    is_chunked_prefill_supported=True, is_prefix_caching_supported=True)
     if version == "0.10.2":
         default(engine_args, None, model_config)
