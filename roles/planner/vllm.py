@@ -75,12 +75,17 @@ VLLM_ACTIVATION_FLOOR_BYTES = GiB // 4
 VLLM_ACTIVATION_PEAK_BYTES = 3 * GiB // 2
 VLLM_ACTIVATION_REF_TOKENS = 8192
 #: V0 turns chunked prefill on above a 32k max_model_len when served by `vllm serve` (usage context
-#: OPENAI_API_SERVER; the LLM class does not) and then profiles max_num_batched_tokens = 512 (SchedulerConfig's V0
-#: chunked default, "best balance between ITL and TTFT on A100"; vllm#10517 logs a 0.06 GiB peak at 35k). V1 always
+#: OPENAI_API_SERVER; the LLM class does not) and then profiles max_num_batched_tokens = 512 before 0.6.5
+#: (SchedulerConfig's V0 chunked default, "best balance between ITL and TTFT on A100"; vllm#10517 logs a 0.06 GiB
+#: peak at 35k on 0.6.4), 2048 from it (VLLM_V0_CHUNKED_BATCHED_TOKENS_SINCE). V1 always
 #: chunks, at 8192 batched tokens for `vllm serve` (not calibrated: no V1 log in the corpus). (M)
 VLLM_CHUNKED_PREFILL_ABOVE = 32768
 VLLM_MIN_BATCHED_TOKENS = 2048
 VLLM_V0_CHUNKED_BATCHED_TOKENS = 512
+#: From vLLM 0.6.5 (PR #10544, "Update default max_num_batch_tokens for chunked prefill to 2048", merged
+#: 2024-11-21) chunked prefill batches 2048 tokens by default: vllm/config.py SchedulerConfig.__post_init__ of
+#: 0.8.5.post1 sets `_DEFAULT_MAX_NUM_BATCHED_TOKENS` (2048, line 68) when chunked and unset (lines 1967-1978). (H)
+VLLM_V0_CHUNKED_BATCHED_TOKENS_SINCE = ((0, 6, 5), 2048)
 VLLM_V1_BATCHED_TOKENS = 8192
 #: Fallback vocabulary when the config states none: Qwen2's 152064, the largest common one (conservative).
 VLLM_FALLBACK_VOCAB = 152064
@@ -138,18 +143,34 @@ def pp_partition(n_layers: int, pp: int) -> list[int]:
     return parts
 
 
+def vllm_v0_chunked_tokens(vllm_version: str | None) -> int:
+    """Tokens V0 batches per step with chunked prefill and no --max-num-batched-tokens: 512 before vLLM 0.6.5,
+    2048 from it (VLLM_V0_CHUNKED_BATCHED_TOKENS_SINCE), and 2048 for a version that does not parse or None (the
+    side that predicts less KV cache)."""
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", vllm_version or "")
+    since, tokens = VLLM_V0_CHUNKED_BATCHED_TOKENS_SINCE
+    if found and (int(found[1]), int(found[2]), int(found[3] or 0)) < since:
+        return VLLM_V0_CHUNKED_BATCHED_TOKENS
+    return tokens
+
+
 def vllm_profiled_tokens(max_model_len: int, engine: str = "V0", enable_chunked_prefill: bool | None = None,
-                         v1_tokens: int | None = None, max_num_batched_tokens: int | None = None) -> int:
+                         v1_tokens: int | None = None, max_num_batched_tokens: int | None = None,
+                         vllm_version: str | None = None) -> int:
     """max_num_batched_tokens of vLLM's profile run, in tokens: the user's --max-num-batched-tokens where given
-    (V0 without chunked prefill: at least max_model_len and 2048, as vLLM requires and raises it); else V1 chunks
-    always, at `v1_tokens` (the release's count read from its code, VllmRelease.profile_tokens_on; None:
-    VLLM_V1_BATCHED_TOKENS); V0 chunks when asked, or by default above a 32k max_model_len (vllm serve), and
-    otherwise profiles max(max_model_len, 2048) tokens."""
+    (without chunked prefill vLLM refuses fewer than max_model_len); else V1 chunks, at `v1_tokens` (the release's
+    count read from its code, VllmRelease.profile_tokens_on; None: VLLM_V1_BATCHED_TOKENS), or with
+    enable_chunked_prefill False (0.19.1 honours it) profiles max(max_model_len, that count); V0 chunks when
+    asked, or with None above a 32k max_model_len (vllm serve; callers pass False for the models whose default
+    stays off: roles/vllm/decide.py v0_unchunked_reason), at vllm_v0_chunked_tokens(vllm_version), and otherwise
+    profiles max(max_model_len, 2048) tokens."""
     if engine == "V1":
+        if enable_chunked_prefill is False:  # 0.19.1 arg_utils.py: unset, max(max_model_len, the default)
+            return max_num_batched_tokens or max(max_model_len, v1_tokens or VLLM_V1_BATCHED_TOKENS)
         return max_num_batched_tokens or v1_tokens or VLLM_V1_BATCHED_TOKENS
     chunked = max_model_len > VLLM_CHUNKED_PREFILL_ABOVE if enable_chunked_prefill is None else enable_chunked_prefill
     if chunked:
-        return max_num_batched_tokens or VLLM_V0_CHUNKED_BATCHED_TOKENS
+        return max_num_batched_tokens or vllm_v0_chunked_tokens(vllm_version)
     return max(max_num_batched_tokens or 0, max_model_len, VLLM_MIN_BATCHED_TOKENS)
 
 
@@ -231,7 +252,7 @@ class _VllmCase:
     def overhead(self, length: int) -> int:
         """Activation peak + non-torch memory (+ a vision encoder's stated memory) per GPU at this max_model_len."""
         tokens = vllm_profiled_tokens(length, self.engine, self.enable_chunked_prefill, self.v1_profile_tokens,
-                                      self.max_num_batched_tokens)
+                                      self.max_num_batched_tokens, self.vllm_version)
         return (vllm_activation_bytes(self.model, self.tp, tokens, self.max_num_seqs,
                                       vllm_samples_in_profile(self.vllm_version), self.sampler_path) + self.non_torch
                 + self.encoder_bytes)

@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from roles import planner
 from roles.planner.units import GiB
@@ -232,18 +232,37 @@ def head_size_problems(key: str, hf: planner.HfModel, rel: VllmRelease) -> list[
                     f"({sizes.source})", fix)]
 
 
-def v0_unchunked_reason(config: dict) -> str | None:
+#: extra_args after which V0 keeps chunked prefill off by default (EngineArgs._set_default_args_v0: enable_lora,
+#: enable_prompt_adapter, a speculative config), the last spelling given winning
+V0_UNCHUNKED_FLAGS = {"--enable-lora": "LoRA adapters (--enable-lora)",
+                      "--enable-prompt-adapter": "prompt adapters (--enable-prompt-adapter)",
+                      "--speculative-config": "speculative decoding (--speculative-config)"}
+
+
+def v0_unchunked_reason(config: dict, extra_args: Sequence[str] = ()) -> str | None:
     """Why vLLM's V0 engine keeps chunked prefill off by default for this model at any max_model_len, or None
     where it turns it on above 32768: a vision-language model (multimodal), MLA (DeepSeek-V2/V3 with
-    kv_lora_rank) or a sliding window (vllm/engine/arg_utils.py EngineArgs._set_default_args_v0; the window as
-    ModelConfig.get_hf_config_sliding_window reads it: `sliding_window` unless `use_sliding_window` is false;
-    vllm/config.py of 0.8.5.post1)."""
+    kv_lora_rank), a sliding window, or LoRA, prompt adapters or speculative decoding asked for in extra_args
+    (vllm/engine/arg_utils.py EngineArgs._set_default_args_v0; the window as ModelConfig.get_sliding_window reads
+    it: `sliding_window` unless `use_sliding_window` is false or --disable-sliding-window is given; vllm/config.py
+    of 0.8.5.post1)."""
+    flags = {a.split("=", 1)[0] for a in extra_args}
+    on = {}
+    for a in extra_args:  # --enable-lora / --no-enable-lora: the last one wins, as argparse reads them
+        name = a.split("=", 1)[0]
+        if name in V0_UNCHUNKED_FLAGS:
+            on[name] = True
+        elif name.startswith("--no-") and "--" + name[5:] in V0_UNCHUNKED_FLAGS:
+            on["--" + name[5:]] = False
+    if reasons := [V0_UNCHUNKED_FLAGS[f] for f, yes in on.items() if yes]:
+        return reasons[0]
     text = planner.hf_text_config(config)
     if multimodal(config):
         return "a vision-language model"
     if text.get("model_type") in ("deepseek_v2", "deepseek_v3") and text.get("kv_lora_rank") is not None:
         return "an MLA model"
-    if text.get("sliding_window") is not None and text.get("use_sliding_window", True):
+    if text.get("sliding_window") is not None and text.get("use_sliding_window", True) \
+            and "--disable-sliding-window" not in flags:
         return f"a model with a sliding window ({text['sliding_window']} tokens)"
     return None
 
@@ -436,7 +455,7 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
 def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
            vllm_version: str | None = None, pipeline_parallel: int = 1,
            v1_profile_tokens: int | None = None, encoder: int = 0,
-           sampler_path: str | None = None, long_context: bool = True) -> tuple[planner.Plan, list[str]]:
+           sampler_path: str | None = None, chunked: bool | None | str = "setting") -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
     float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
     run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each);
@@ -444,8 +463,7 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
     planner's default);
     encoder: a vision encoder's memory per GPU (bytes, encoder_memory_gib), kept out of the KV cache; sampler_path:
     the release's top-k/top-p path in the profile run (VllmRelease.sampler_path_for; None: the planner's default);
-    long_context: False where V0 keeps chunked prefill off for the model at any length unless asked
-    (v0_unchunked_reason): its profile run then covers max_model_len."""
+    chunked: enable_chunked_prefill as the planner counts it (planned_chunked; "setting": the instance's)."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
@@ -454,12 +472,21 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
                               engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
                               v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder, sampler_path=sampler_path,
-                              enable_chunked_prefill=inst.enable_chunked_prefill if long_context
-                              or inst.enable_chunked_prefill is not None else False,
+                              enable_chunked_prefill=inst.enable_chunked_prefill if chunked == "setting"
+                              else chunked,
                               max_num_batched_tokens=inst.max_num_batched_tokens)
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])
+
+
+def planned_chunked(inst: VllmInstance, rel: VllmRelease, long_context: bool) -> bool | None:
+    """enable_chunked_prefill as the planner counts it: None (the release's default) where the release chunks
+    whatever is asked, else the setting, or False where it is unset and V0 keeps chunked prefill off for the model
+    at any length (long_context False: v0_unchunked_reason)."""
+    if rel.chunked_prefill == "always":
+        return None
+    return inst.enable_chunked_prefill if long_context or inst.enable_chunked_prefill is not None else False
 
 
 def refusals(key: str, inst: VllmInstance, reasons: list[str]) -> list[str]:
@@ -522,9 +549,15 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     known = known_flags(rel.version)
     more += extra_args_problems(f"{key}.extra_args", inst.extra_args, known, rel.volta_args + rel.vision_args)
     model_path, files_, config, hf, more2 = _model(key, inst, name, settings.base_service_home, host_model)
-    unchunked = v0_unchunked_reason(config) if config is not None and rel.chunked_prefill == "long_context" \
-        else None
-    problems += more + more2 + typed_problems(key, inst, known, rel, unchunked)
+    unchunked = v0_unchunked_reason(config, inst.extra_args) \
+        if config is not None and rel.chunked_prefill == "long_context" else None
+    # the engine's own device decides V1's profile tokens and default batch (arg_utils.py: its total memory and
+    # name); the most any GPU given would take is the side that reserves more
+    tokens = max((rel.profile_tokens_on(g["memory_mib"], g["name"]) or 0 for g in used), default=0) \
+        or rel.profile_tokens_on(settings.gpu_memory_mib)
+    planned = planned_chunked(inst, rel, unchunked is None)
+    default_batched = planner.vllm_profiled_tokens(inst.max_model_len, rel.engine, planned, tokens, None, rel.version)
+    problems += more + more2 + typed_problems(key, inst, known, rel, unchunked, default_batched)
     mplan = None
     if config is not None:
         problems += (more := model_problems(key, inst, config, cc, rel) + head_size_problems(key, hf, rel)
@@ -532,13 +565,9 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
         if not more:
             problems += (more := encoder_problems(key, inst, config, rel))
         if not more and inst.tensor_parallel_size <= visible:
-            # the engine's own device decides the profile tokens (arg_utils.py: its total memory and name); the
-            # most any GPU given would profile is the side that reserves more
-            tokens = max((rel.profile_tokens_on(g["memory_mib"], g["name"]) or 0 for g in used), default=0) \
-                or rel.profile_tokens_on(settings.gpu_memory_mib)
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
                                  rel.version, pipeline_parallel, tokens, encoder_bytes(inst),
-                                 rel.sampler_path_for(inst.max_num_seqs), unchunked is None)
+                                 rel.sampler_path_for(inst.max_num_seqs), planned)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()

@@ -10,7 +10,7 @@ from pathlib import Path
 from roles import engines
 from roles.settings import problem
 from roles.vllm.settings import VllmInstance
-from roles.vllm.versions import LOCK_DIR, VllmRelease
+from roles.vllm.versions import LOCK_DIR, VLLM_RELEASES, VllmRelease
 
 #: Every spelling of a flag the toolkit sets itself -> the setting to use instead.
 OWNED: dict[str, str] = {
@@ -126,38 +126,53 @@ def extra_args_problems(key: str, args: list[str], known: frozenset[str] | None,
 
 
 def typed_problems(key: str, s: VllmInstance, known: frozenset[str] | None, rel: VllmRelease,
-                   unchunked: str | None = None) -> list[str]:
+                   unchunked: str | None = None, default_batched: int | None = None) -> list[str]:
     """The typed settings vLLM `rel` would refuse at start-up or ignore, as problem strings: enable_auto_tool_choice
     without tool_call_parser; max_num_batched_tokens below max_model_len where the release does not chunk prefill
-    (unset enable_chunked_prefill included: V0 chunks only above 32768 tokens) or below max_num_seqs, which
-    SchedulerConfig raises on (files/vllm/<version>.json batched_tokens_source, found in the release's code by
-    release_source.batched_tokens_checks); enable_chunked_prefill: false where the release chunks whatever is asked
-    (0.10.2: EngineArgs._set_default_args_v1); and a typed flag the release lacks (known: its parser's flags).
-    unchunked: why V0 keeps chunked prefill off for this model at any length (decide.v0_unchunked_reason; None:
-    the model does not, or is not read)."""
+    (unset enable_chunked_prefill included: V0 chunks only above 32768 tokens, and not for the models and flags
+    decide.v0_unchunked_reason names) or below max_num_seqs, which SchedulerConfig raises on
+    (files/vllm/<version>.json batched_tokens_source, found in the release's code by
+    release_source.batched_tokens_checks), and max_num_seqs above the batch vLLM takes when max_num_batched_tokens
+    is unset (default_batched, tokens: planner.vllm_profiled_tokens of the release; None: not checked);
+    enable_chunked_prefill: false where the release chunks every generative model whatever is asked (0.10.2:
+    EngineArgs._set_default_args_v1); and a typed flag the release lacks (known: its parser's flags). unchunked:
+    why V0 keeps chunked prefill off for this model at any length (None: it does not, or the model is not read)."""
     problems = []
     if s.enable_auto_tool_choice and not s.tool_call_parser:
         problems.append(problem(f"{key}.enable_auto_tool_choice", True, "vLLM needs --tool-call-parser with it",
                                 "set tool_call_parser (e.g. hermes)"))
     if s.enable_chunked_prefill is False and rel.chunked_prefill == "always":
+        other = " or ".join(v for v, r in VLLM_RELEASES.items() if r.chunked_prefill != "always" and not r.refused)
         problems.append(problem(f"{key}.enable_chunked_prefill", False, f"vLLM {rel.version} chunks prefill for "
                                 "every generative model whatever is asked (vllm/engine/arg_utils.py "
                                 "_set_default_args_v1): the setting would have no effect",
-                                "leave it unset, or set vllm_version to a release that can turn it off"))
-    tokens = s.max_num_batched_tokens
-    if tokens is not None and tokens < s.max_model_len and not rel.chunks_prefill(
-            s.enable_chunked_prefill, s.max_model_len, unchunked is None):
-        why = "chunked prefill is off" if s.enable_chunked_prefill is False else \
-            f"vLLM {rel.version} does not chunk prefill {f'for {unchunked}' if unchunked else 'at this length'} " \
-            "unless asked"
-        problems.append(problem(f"{key}.max_num_batched_tokens", tokens, f"below max_model_len {s.max_model_len} "
-                                f"and {why}: a whole prompt must fit one step, and vLLM refuses to start",
-                                "raise it to at least max_model_len, or set enable_chunked_prefill: true"))
-    if tokens is not None and tokens < s.max_num_seqs:
-        problems.append(problem(f"{key}.max_num_batched_tokens", tokens, f"below max_num_seqs {s.max_num_seqs}: "
+                                f"leave it unset, or set vllm_version: {other}, which can turn it off"))
+    tokens, length, seqs = s.max_num_batched_tokens, s.max_model_len, s.max_num_seqs
+    if tokens is not None and tokens < length and not rel.chunks_prefill(s.enable_chunked_prefill, length,
+                                                                         unchunked is None):
+        if s.enable_chunked_prefill is False:
+            why = "chunked prefill is off"
+        elif unchunked:
+            why = f"vLLM {rel.version} does not chunk prefill for {unchunked} unless asked"
+        else:
+            why = f"vLLM {rel.version} chunks prefill by default only above max_model_len {rel.chunked_prefill_above}"
+        # V0's chunked prefill runs a Triton kernel that has failed on V100 (docs/volta.md §4a): not offered there
+        chunk = "" if rel.engine == "V0" else ", or set enable_chunked_prefill: true"
+        problems.append(problem(f"{key}.max_num_batched_tokens", tokens, f"below max_model_len {length} and {why}: "
+                                "a whole prompt must fit one step, and vLLM refuses to start",
+                                f"raise it to at least {length}, or leave it unset (vLLM then batches "
+                                f"max_model_len){chunk}"))
+    if tokens is not None and tokens < seqs:
+        problems.append(problem(f"{key}.max_num_batched_tokens", tokens, f"below max_num_seqs {seqs}: "
                                 "vLLM refuses to start (SchedulerConfig: \"must be greater than or equal to "
-                                "max_num_seqs\")",
-                                f"raise it to at least {s.max_num_seqs}, or lower max_num_seqs"))
+                                "max_num_seqs\")", f"raise it to at least {seqs}, or lower max_num_seqs"))
+    # vLLM takes at most max_num_seqs x max_model_len of its default, which is never below max_num_seqs
+    if tokens is None and default_batched is not None and default_batched < seqs:
+        problems.append(problem(f"{key}.max_num_seqs", seqs, f"above the {default_batched} tokens per step vLLM "
+                                f"{rel.version} batches by default here: vLLM refuses to start (SchedulerConfig: "
+                                "max_num_batched_tokens \"must be greater than or equal to max_num_seqs\")",
+                                f"set max_num_batched_tokens to at least {seqs}, or lower max_num_seqs to "
+                                f"{default_batched}"))
     if known is not None:
         for flag in typed_args(s):
             if flag.startswith("-") and flag not in known:

@@ -606,7 +606,7 @@ def chunked_prefill(files: Mapping[str, str], engine: str) -> tuple[str, int | N
       (`use_long_context = max_model_len > 32768` in 0.8.5.post1), the setting wins when given;
     - "always" (V1 in 0.10.2, EngineArgs._set_default_args_v1): `self.enable_chunked_prefill = True` for every
       non-pooling model, --no-enable-chunked-prefill included (it has no effect);
-    - "unless_off" (V1 from 0.11, EngineArgs._set_default_chunked_prefill_and_prefix_caching_args): on by default
+    - "unless_off" (V1 in 0.19.1, EngineArgs._set_default_chunked_prefill_and_prefix_caching_args): on by default
       (ModelConfig.is_chunked_prefill_supported), off when asked.
     Raises SourceShapeError where arg_utils.py has none of these shapes."""
     cls = _class(_tree(files, ARG_UTILS), "EngineArgs")
@@ -643,7 +643,8 @@ SCHEDULER_CONFIG = ("vllm/config/scheduler.py", "vllm/config.py")
 def batched_tokens_checks(files: Mapping[str, str]) -> str:
     """Where SchedulerConfig refuses a max_num_batched_tokens below max_model_len without chunked prefill and one
     below max_num_seqs (`if self.max_num_batched_tokens < ...: raise ValueError`), as "FILE SchedulerConfig.METHOD"
-    (vllm/config.py _verify_args in 0.8.5.post1, vllm/config/scheduler.py verify_max_model_len in 0.19.1). Raises
+    (vllm/config.py _verify_args in 0.8.5.post1, vllm/config/scheduler.py _verify_args in 0.10.2 and
+    verify_max_model_len in 0.19.1). Raises
     SourceShapeError where either check is missing: the toolkit refuses both before any change."""
     for path in SCHEDULER_CONFIG:
         if path not in files:

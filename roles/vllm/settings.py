@@ -54,11 +54,13 @@ class VllmInstance(HfModelInstance):
     # None: the release's own default, off with V0 (0.8.5.post1), on with V1 (0.10.2), arg_utils.py; docs/volta.md §4a
     enable_prefix_caching: bool | None = Field(
         None, description="--enable-prefix-caching / --no-enable-prefix-caching; None: the release's default")
-    # None: the release's own default, V0 only above max_model_len 32768, V1 always (arg_utils.py); docs/volta.md §4a
+    # None: the release's own default: V0 only above max_model_len 32768 (not for vision, MLA, sliding-window
+    # models), 0.10.2 always (false is refused there: ignored), 0.19.1 unless false (arg_utils.py); docs/volta.md §4a
     enable_chunked_prefill: bool | None = Field(
         None, description="--enable-chunked-prefill / --no-enable-chunked-prefill; None: the release's default")
     max_num_batched_tokens: int | None = Field(
-        None, ge=16, le=1 << 21, description="--max-num-batched-tokens: tokens per scheduler step")
+        None, ge=16, le=1 << 21, description="--max-num-batched-tokens: tokens per scheduler step; at least "
+        "max_num_seqs, and max_model_len without chunked prefill (vLLM refuses less)")
     swap_space: int | None = Field(None, ge=0, le=1024, description="--swap-space: CPU swap GiB per GPU (V0)")
     chat_template: HostPath | None = Field(None, description="--chat-template: Jinja template file on the host")
     tool_call_parser: str | None = Field(

@@ -421,14 +421,22 @@ def test_vllm_sampler_path_sets_the_logits_copies_and_an_unknown_path_is_refused
 def test_vllm_profiled_tokens_follow_the_users_max_num_batched_tokens():
     """vLLM's profile run covers max_num_batched_tokens (V1: gpu_model_runner's max_num_tokens; V0: the
     scheduler's budget), so a user's --max-num-batched-tokens replaces the release's default: V1 8192 on a V100
-    where the release would profile 2048; V0 with chunked prefill its value instead of 512; V0 without chunked
+    where the release would profile 2048; V0 with chunked prefill its value instead of 2048; V0 without chunked
     prefill at least max_model_len (vLLM requires it). --no-enable-chunked-prefill above 32k profiles the whole
-    max_model_len, not the 512 of vllm serve's default there."""
+    max_model_len, not the 2048 of vllm serve's default there."""
     from roles.planner.vllm import vllm_profiled_tokens
 
     assert vllm_profiled_tokens(4096, "V1", None, 2048) == 2048
     assert vllm_profiled_tokens(4096, "V1", None, 2048, 8192) == 8192
     assert vllm_profiled_tokens(65536, "V0", True, None, 4096) == 4096
-    assert vllm_profiled_tokens(65536, "V0") == 512
+    # V0's chunked default: 512 before 0.6.5, 2048 from it (vllm#10544; 0.8.5.post1 vllm/config.py 1967-1978,
+    # tests/data/vllm_source), and 2048 where the version is not known
+    assert vllm_profiled_tokens(65536, "V0") == 2048
+    assert vllm_profiled_tokens(65536, "V0", vllm_version="0.6.4.post1") == 512
+    assert vllm_profiled_tokens(65536, "V0", vllm_version="0.6.5") == 2048
+    assert vllm_profiled_tokens(65536, "V0", vllm_version="0.8.5.post1") == 2048
+    # 0.19.1 honours --no-enable-chunked-prefill: the default batch is max(max_model_len, 2048)
+    assert vllm_profiled_tokens(65536, "V1", False, 2048) == 65536
+    assert vllm_profiled_tokens(1024, "V1", False, 2048) == 2048
     assert vllm_profiled_tokens(65536, "V0", False) == 65536
     assert vllm_profiled_tokens(4096, "V0", False, None, 16384) == 16384

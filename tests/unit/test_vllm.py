@@ -252,12 +252,29 @@ def test_batched_tokens_vllm_would_refuse_are_refused_before_any_change(model):
     tests/data/vllm_source); every pinned release raises on fewer batched tokens than max_num_seqs."""
     why = refused(plan(model(), instance={"max_num_batched_tokens": 1024}))
     assert "vllm_instances.m.max_num_batched_tokens = 1024" in why and "below max_model_len 8192" in why
+    assert "only above max_model_len 32768" in why and "raise it to at least 8192, or leave it unset" in why
+    # V0's chunked prefill has failed on V100 (docs/volta.md §4a): not offered as the fix there, but on V1
+    assert "enable_chunked_prefill: true" not in why
+    assert "set enable_chunked_prefill: true" in refused(plan(model(), vllm_version="0.19.1", instance={
+        "max_num_batched_tokens": 1024, "enable_chunked_prefill": False}))
     assert plan(model(), instance={"max_num_batched_tokens": 1024, "enable_chunked_prefill": True})[1] == []
     why = refused(plan(model(), instance={"max_num_batched_tokens": 32, "enable_chunked_prefill": True}))
-    assert "below max_num_seqs 64" in why
+    assert "below max_num_seqs 64" in why and "raise it to at least 64, or lower max_num_seqs" in why
+    # unset, vLLM batches its own default (V1 on a V100: 2048, vllm/engine/arg_utils.py get_batch_defaults), and
+    # refuses more sequences than that
+    why = refused(plan(model(), vllm_version="0.19.1", instance={"max_num_seqs": 4096}))
+    assert "vllm_instances.m.max_num_seqs = 4096" in why and "above the 2048 tokens" in why
+    assert "set max_num_batched_tokens to at least 4096, or lower max_num_seqs to 2048" in why
     # 0.10.2 chunks whatever is asked: an explicit false would be silently ignored
     why = refused(plan(model(), vllm_version="0.10.2", instance={"enable_chunked_prefill": False}))
     assert "vllm_instances.m.enable_chunked_prefill = False" in why and "no effect" in why
+    assert "set vllm_version: 0.8.5.post1 or 0.19.1" in why
+    # LoRA keeps V0's long-context default off (_set_default_args_v0)
+    long = {"max_model_len": 65536, "max_num_batched_tokens": 40000}
+    m = model(max_position_embeddings=65536)
+    assert plan(m, instance=long)[1] == []
+    why = refused(plan(m, instance={**long, "extra_args": ["--enable-lora"]}))
+    assert "for LoRA adapters (--enable-lora)" in why
 
 
 def test_tensor_parallel_over_mixed_gpus_profiles_what_the_largest_would(model, monkeypatch):

@@ -18,6 +18,7 @@ name and sha256 and the original line numbers). The expected values were read by
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -218,18 +219,22 @@ def test_default_release_data_exists():
 
 # --- chunked prefill and max_num_batched_tokens: vLLM's own code run on the toolkit's settings --------------------
 
-#: the method that sets enable_chunked_prefill under `vllm serve` on Volta, read by hand in each release's excerpt
+#: the methods read by hand in each release's excerpt: the one that sets enable_chunked_prefill under `vllm serve`
+#: on Volta, and SchedulerConfig's check of max_num_batched_tokens
 CHUNKED_DEFAULT = {"0.8.5.post1": "_set_default_args_v0", "0.10.2": "_set_default_args_v1",
                    "0.19.1": "_set_default_chunked_prefill_and_prefix_caching_args"}
+SCHEDULER_CHECK = {"0.8.5.post1": "_verify_args", "0.10.2": "_verify_args", "0.19.1": "verify_max_model_len"}
 
 
-def _method_code(source: str, cls: str, name: str | None, upto_chunked: bool):
-    """A function object from a method of the excerpt, annotations dropped; upto_chunked: only its statements up
-    to the last one that assigns self.enable_chunked_prefill (the rest needs a device)."""
+def _method_code(source: str, cls: str, name: str, upto_chunked: bool):
+    """A function object from a method of the excerpt, annotations dropped, with the excerpt's module-level integer
+    constants in its globals; upto_chunked: only its statements up to the last one that assigns
+    self.enable_chunked_prefill (the rest needs a device)."""
     import ast
 
-    klass = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls)
-    fn = next(n for n in klass.body if isinstance(n, ast.FunctionDef) and (name is None or n.name == name))
+    tree = ast.parse(source)
+    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name)
     if upto_chunked:
         last = max(i for i, s in enumerate(fn.body) for n in ast.walk(s)
                    if isinstance(n, ast.Attribute) and n.attr == "enable_chunked_prefill"
@@ -239,13 +244,31 @@ def _method_code(source: str, cls: str, name: str | None, upto_chunked: bool):
     for a in fn.args.args:
         a.annotation = None
     fn.decorator_list = []
-    module = ast.Module([fn], [])
+    constants = [n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                 and isinstance(n.value.value, int)]  # _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+    module = ast.Module([*constants, fn], [])
     ast.fix_missing_locations(module)
     quiet = type("Logger", (), {k: staticmethod(lambda *a, **k: None)
                                 for k in ("debug", "info", "warning", "warning_once")})
     scope = {"logger": quiet}
     exec(compile(module, "<vllm excerpt>", "exec"), scope)
     return scope[fn.name]
+
+
+@functools.lru_cache(maxsize=None)
+def _oracle(version: str):
+    """(chunked-prefill default, ModelConfig.get_hf_config_sliding_window or None, SchedulerConfig.__post_init__'s
+    default batch or None, the scheduler check) of one release's excerpts."""
+    src = files(version)
+    path = "vllm/config.py" if "vllm/config.py" in src and "class SchedulerConfig" in src["vllm/config.py"] \
+        else "vllm/config/scheduler.py"
+    window = post = None
+    if "class ModelConfig" in src.get("vllm/config.py", ""):
+        window = _method_code(src["vllm/config.py"], "ModelConfig", "get_hf_config_sliding_window", False)
+    if "def __post_init__" in src[path]:
+        post = _method_code(src[path], "SchedulerConfig", "__post_init__", False)
+    return (_method_code(src["vllm/engine/arg_utils.py"], "EngineArgs", CHUNKED_DEFAULT[version], True), window,
+            post, _method_code(src[path], "SchedulerConfig", SCHEDULER_CHECK[version], False))
 
 
 #: config.json variants of a generative model: text-only, a vision-language model (vLLM's is_multimodal_model:
@@ -256,53 +279,67 @@ MODEL_VARIANTS = {"text": {}, "vision": {"vision_config": {"hidden_size": 64}},
                   "mla": {"model_type": "deepseek_v2", "kv_lora_rank": 512},
                   "sliding": {"sliding_window": 4096}, "sliding off": {"sliding_window": 4096,
                                                                       "use_sliding_window": False}}
+#: extra_args variants: nothing, LoRA (V0 keeps chunked prefill off by default with it), LoRA asked and then
+#: turned off again, and --disable-sliding-window (ModelConfig.get_sliding_window: None with it)
+ARG_VARIANTS = {"none": (), "lora": ("--enable-lora",), "lora off": ("--enable-lora", "--no-enable-lora"),
+                "no window": ("--disable-sliding-window",)}
 
 
-def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: int, seqs: int,
-                 config: dict | None = None):
-    """(chunked prefill as the release sets it, SchedulerConfig's ValueError or None) for a decoder-only generative
-    model of config.json `config` served by `vllm serve`, by running the release's own excerpted code."""
+def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: int | None, seqs: int,
+                 config: dict, extra_args: tuple[str, ...]):
+    """(chunked prefill as the release sets it, the batch it takes, SchedulerConfig's ValueError or None) for a
+    decoder-only generative model of config.json `config` served by `vllm serve` on a V100 with `extra_args`, by
+    running the release's own excerpted code. V1's default batch where unset is the release's `vllm serve` default
+    below 70 GiB as release_source.profile_tokens reads it from the same code, max(max_model_len, that) without
+    chunked prefill (0.19.1 arg_utils.py 2217-2222, read by hand), then at most max_num_seqs x max_model_len
+    (2226-2229)."""
     from types import SimpleNamespace
 
-    src, config = files(version), config or {}
-    default = _method_code(src["vllm/engine/arg_utils.py"], "EngineArgs", CHUNKED_DEFAULT[version], True)
+    default, read_window, post, check = _oracle(version)
+    lora = [a for a in extra_args if a.endswith("enable-lora")]
     engine_args = SimpleNamespace(enable_chunked_prefill=asked, enable_prefix_caching=None, speculative_config=None,
-                                  enable_lora=False, enable_prompt_adapter=False)
+                                  enable_lora=bool(lora) and lora[-1] == "--enable-lora", enable_prompt_adapter=False)
     window = None
-    if "class ModelConfig" in src.get("vllm/config.py", ""):
-        read = _method_code(src["vllm/config.py"], "ModelConfig", "get_hf_config_sliding_window", False)
-        window = read(SimpleNamespace(hf_text_config=SimpleNamespace(**config)))
+    if read_window and "--disable-sliding-window" not in extra_args:
+        window = read_window(SimpleNamespace(hf_text_config=SimpleNamespace(**config)))
     model_config = SimpleNamespace(max_model_len=max_model_len, is_multimodal_model="vision_config" in config,
                                    use_mla=config.get("model_type") in ("deepseek_v2", "deepseek_v3")
-                                   and config.get("kv_lora_rank") is not None, runner_type="generate", get_sliding_window=lambda: window,
+                                   and config.get("kv_lora_rank") is not None, runner_type="generate",
+                                   get_sliding_window=lambda: window,
                                    is_chunked_prefill_supported=True, is_prefix_caching_supported=True)
     if version == "0.10.2":
         default(engine_args, None, model_config)
     else:
         default(engine_args, model_config)
     chunked = engine_args.enable_chunked_prefill
-    path = "vllm/config.py" if "vllm/config.py" in src else "vllm/config/scheduler.py"
-    check = _method_code(src[path], "SchedulerConfig", None, False)  # the class's one method in the excerpt
     sched = SimpleNamespace(max_num_batched_tokens=batched, max_model_len=max_model_len, max_num_seqs=seqs,
-                            chunked_prefill_enabled=chunked, enable_chunked_prefill=chunked)
+                            chunked_prefill_enabled=chunked, enable_chunked_prefill=chunked, num_scheduler_steps=1)
+    if batched is None and post is not None:  # V0: SchedulerConfig's own default
+        post(sched)
+    elif batched is None:
+        tokens = rs.derive(files(version)).profile_tokens
+        sched.max_num_batched_tokens = min(seqs * max_model_len, tokens if chunked else max(max_model_len, tokens))
     try:
         check(sched, max_model_len) if check.__code__.co_argcount == 2 else check(sched)
     except ValueError as e:
-        return chunked, str(e)
-    return chunked, None
+        return chunked, sched.max_num_batched_tokens, str(e)
+    return chunked, sched.max_num_batched_tokens, None
 
 
 @pytest.mark.parametrize("version", ["0.8.5.post1", "0.10.2", "0.19.1"])
 def test_max_num_batched_tokens_is_refused_exactly_where_vllm_refuses_it(version, monkeypatch):
-    """Issue 27: the toolkit's checks of max_num_batched_tokens and enable_chunked_prefill
-    (roles/vllm/flags.py typed_problems) against the release's own code, run here on the same settings (its
-    chunked-prefill default in EngineArgs, then SchedulerConfig's checks): a refusal exactly where vLLM raises,
-    and enable_chunked_prefill refused exactly where the release overrides what was asked."""
+    """Issue 27: the toolkit's checks of max_num_batched_tokens, max_num_seqs and enable_chunked_prefill
+    (roles/vllm/flags.py typed_problems, with roles/vllm/decide.py's reading of the model and extra_args and the
+    planner's default batch) against the release's own code, run here on the same settings (its chunked-prefill
+    default in EngineArgs, SchedulerConfig's default batch, then its checks): the planner's default batch is the
+    one vLLM takes, a refusal comes exactly where vLLM raises, and enable_chunked_prefill is refused exactly where
+    the release overrides what was asked."""
     import sys
     from types import ModuleType, SimpleNamespace
 
+    from roles.planner.vllm import vllm_profiled_tokens
     from roles.vllm import flags as vf
-    from roles.vllm.decide import v0_unchunked_reason
+    from roles.vllm.decide import planned_chunked, v0_unchunked_reason
     from roles.vllm.settings import VllmInstance
 
     platforms = ModuleType("vllm.platforms")
@@ -310,33 +347,42 @@ def test_max_num_batched_tokens_is_refused_exactly_where_vllm_refuses_it(version
     monkeypatch.setitem(sys.modules, "vllm", ModuleType("vllm"))
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     rel, seen = VLLM_RELEASES[version], set()
-    grid = [(v, a, n, b, q) for v in MODEL_VARIANTS for a in (None, True, False)
-            for n in (4096, 32768, 32769, 65536) for b in (32, 512, 4096, 32768, 40000, 65536) for q in (64, 256)]
-    for variant, asked, length, batched, seqs in grid:
-        config = MODEL_VARIANTS[variant]
-        chunked, error = vllm_verdict(version, asked, length, batched, seqs, config)
+    v100 = rel.profile_tokens_on(16160, "Tesla V100-SXM2-16GB")
+    grid = [(v, x, a, n, b, q) for v in MODEL_VARIANTS for x in ARG_VARIANTS for a in (None, True, False)
+            for n in (2048, 4096, 32768, 32769, 65536) for b in (None, 63, 64, 4096, 40000, 65536)
+            for q in (64, 4096)]
+    for variant, args, asked, length, batched, seqs in grid:
+        config, extra = MODEL_VARIANTS[variant], ARG_VARIANTS[args]
+        chunked, vllm_batch, error = vllm_verdict(version, asked, length, batched, seqs, config, extra)
         inst = VllmInstance(model_path="/m", max_model_len=length, max_num_batched_tokens=batched,
-                            max_num_seqs=seqs, enable_chunked_prefill=asked)
-        # as roles/vllm/decide.py instance() reads the model for a release with V0's default
-        unchunked = v0_unchunked_reason(config) if rel.chunked_prefill == "long_context" else None
-        problems = vf.typed_problems("vllm_instances.m", inst, None, rel, unchunked)
-        case = (variant, asked, length, batched, seqs, error, problems)
-        ours = [p for p in problems if p.startswith("vllm_instances.m.max_num_batched_tokens")]
+                            max_num_seqs=seqs, enable_chunked_prefill=asked, extra_args=list(extra))
+        # as roles/vllm/decide.py instance() reads them for the release
+        unchunked = v0_unchunked_reason(config, extra) if rel.chunked_prefill == "long_context" else None
+        planned = planned_chunked(inst, rel, unchunked is None)
+        default = vllm_profiled_tokens(length, rel.engine, planned, v100, None, rel.version)
+        problems = vf.typed_problems("vllm_instances.m", inst, None, rel, unchunked, default)
+        case = (variant, args, asked, length, batched, seqs, error, problems)
+        ignored = asked is not None and chunked != asked
+        if not ignored:
+            assert rel.chunks_prefill(asked, length, unchunked is None) == chunked, case
+        if batched is None and not ignored:  # (an ignored setting is refused, its batch never planned)
+            assert min(seqs * length, default) == vllm_batch, case
+        ours = [p for p in problems if p.startswith(("vllm_instances.m.max_num_batched_tokens",
+                                                     "vllm_instances.m.max_num_seqs"))]
         assert bool(ours) == (error is not None), case
         if error and "smaller than max_model_len" in error:
             assert any(f"below max_model_len {length}" in p for p in ours), case
         if error and "max_num_seqs" in error:
-            assert any(f"below max_num_seqs {seqs}" in p for p in ours), case
-        ignored = asked is not None and chunked != asked
+            assert any(f"below max_num_seqs {seqs}" in p or f"max_num_seqs = {seqs}" in p for p in ours), case
         assert any(p.startswith("vllm_instances.m.enable_chunked_prefill") for p in problems) == ignored, case
-        seen.add((error is not None, ignored))
-    # the grid reaches both sides (a test that only ever accepts proves nothing)
-    assert {(True, False), (False, False)} <= seen
-    assert ((False, True) in seen) == (version == "0.10.2")
+        seen.add((error is not None, ignored, batched is None))
+    # the grid reaches both sides (a test that only ever accepts proves nothing), with the default batch too
+    assert {(True, False, False), (False, False, False), (True, False, True), (False, False, True)} <= seen
+    assert any(x[1] for x in seen) == (version == "0.10.2")
 
 
 def test_the_chunked_prefill_rule_of_each_release_and_an_unknown_shape():
-    """Read by hand: 0.8.5.post1 arg_utils.py 1504 `use_long_context = max_model_len > 32768`; 0.10.2 1622-1623
+    """Read by hand: 0.8.5.post1 arg_utils.py 1505 `use_long_context = max_model_len > 32768`; 0.10.2 1622-1623
     `if model_config.runner_type != "pooling": self.enable_chunked_prefill = True`; 0.19.1 2113-2114 `if
     self.enable_chunked_prefill is None: self.enable_chunked_prefill = default_chunked_prefill`."""
     from roles.planner.vllm import VLLM_CHUNKED_PREFILL_ABOVE
@@ -357,3 +403,29 @@ def test_the_chunked_prefill_rule_of_each_release_and_an_unknown_shape():
     g["vllm/config/scheduler.py"] = g["vllm/config/scheduler.py"].replace("< self.max_num_seqs", "< 1")
     with pytest.raises(rs.SourceShapeError, match="max_num_seqs"):
         rs.derive(g)
+
+
+@pytest.mark.parametrize("version, path, old, new, says", [
+    # a default that reads `== "pooling"`, sets False, or never sets the setting is not the shape the rule was read from
+    ("0.10.2", "vllm/engine/arg_utils.py", 'runner_type != "pooling"', 'runner_type == "pooling"', "chunked-prefill"),
+    ("0.10.2", "vllm/engine/arg_utils.py", "            self.enable_chunked_prefill = True",
+     "            self.enable_chunked_prefill = False", "chunked-prefill"),
+    ("0.19.1", "vllm/engine/arg_utils.py", "self.enable_chunked_prefill = default_chunked_prefill",
+     "default_chunked_prefill = None", "chunked-prefill"),
+    ("0.8.5.post1", "vllm/engine/arg_utils.py", "use_long_context = max_model_len > 32768",
+     "long_context = max_model_len > 32768", "use_long_context"),
+    # a check that warns instead of raising, or compares the other way, is no refusal
+    ("0.19.1", "vllm/config/scheduler.py", "            raise ValueError(\n                f\"max_num_batched_tokens "
+     "({self.max_num_batched_tokens}) must \"", "            logger.warning(\n                f\"max_num_batched_tokens "
+     "({self.max_num_batched_tokens}) must \"", "max_num_seqs"),
+    ("0.19.1", "vllm/config/scheduler.py", "self.max_num_batched_tokens < max_model_len",
+     "self.max_num_batched_tokens > max_model_len", "max_model_len"),
+    ("0.10.2", "vllm/config/scheduler.py", "if (self.max_num_batched_tokens < self.max_model_len",
+     "if (self.max_num_seqs < self.max_model_len", "max_model_len"),
+])
+def test_a_chunked_prefill_or_scheduler_check_of_another_shape_is_an_error(version, path, old, new, says):
+    f = files(version)
+    assert old in f[path]
+    f[path] = f[path].replace(old, new, 1)
+    with pytest.raises(rs.SourceShapeError, match=says):
+        rs.derive(f)
