@@ -233,16 +233,16 @@ def head_size_problems(key: str, hf: planner.HfModel, rel: VllmRelease) -> list[
 
 
 #: extra_args after which V0 keeps chunked prefill off by default (EngineArgs._set_default_args_v0: enable_lora,
-#: enable_prompt_adapter, a speculative config), the last spelling given winning
+#: enable_prompt_adapter), the last spelling given winning; its third, a speculative config, takes a JSON value,
+#: which extra_args' characters do not allow
 V0_UNCHUNKED_FLAGS = {"--enable-lora": "LoRA adapters (--enable-lora)",
-                      "--enable-prompt-adapter": "prompt adapters (--enable-prompt-adapter)",
-                      "--speculative-config": "speculative decoding (--speculative-config)"}
+                      "--enable-prompt-adapter": "prompt adapters (--enable-prompt-adapter)"}
 
 
 def v0_unchunked_reason(config: dict, extra_args: Sequence[str] = ()) -> str | None:
     """Why vLLM's V0 engine keeps chunked prefill off by default for this model at any max_model_len, or None
     where it turns it on above 32768: a vision-language model (multimodal), MLA (DeepSeek-V2/V3 with
-    kv_lora_rank), a sliding window, or LoRA, prompt adapters or speculative decoding asked for in extra_args
+    kv_lora_rank), a sliding window, or LoRA or prompt adapters asked for in extra_args
     (vllm/engine/arg_utils.py EngineArgs._set_default_args_v0; the window as ModelConfig.get_sliding_window reads
     it: `sliding_window` unless `use_sliding_window` is false or --disable-sliding-window is given; vllm/config.py
     of 0.8.5.post1)."""

@@ -282,6 +282,7 @@ MODEL_VARIANTS = {"text": {}, "vision": {"vision_config": {"hidden_size": 64}},
 #: extra_args variants: nothing, LoRA (V0 keeps chunked prefill off by default with it), LoRA asked and then
 #: turned off again, and --disable-sliding-window (ModelConfig.get_sliding_window: None with it)
 ARG_VARIANTS = {"none": (), "lora": ("--enable-lora",), "lora off": ("--enable-lora", "--no-enable-lora"),
+                "adapter": ("--enable-prompt-adapter",),
                 "no window": ("--disable-sliding-window",)}
 
 
@@ -297,8 +298,10 @@ def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: 
 
     default, read_window, post, check = _oracle(version)
     lora = [a for a in extra_args if a.endswith("enable-lora")]
-    engine_args = SimpleNamespace(enable_chunked_prefill=asked, enable_prefix_caching=None, speculative_config=None,
-                                  enable_lora=bool(lora) and lora[-1] == "--enable-lora", enable_prompt_adapter=False)
+    engine_args = SimpleNamespace(enable_chunked_prefill=asked, enable_prefix_caching=None,
+                                  speculative_config=None,  # its JSON value is outside extra_args' characters
+                                  enable_lora=bool(lora) and lora[-1] == "--enable-lora",
+                                  enable_prompt_adapter="--enable-prompt-adapter" in extra_args)
     window = None
     if read_window and "--disable-sliding-window" not in extra_args:
         window = read_window(SimpleNamespace(hf_text_config=SimpleNamespace(**config)))
@@ -415,9 +418,10 @@ def test_the_chunked_prefill_rule_of_each_release_and_an_unknown_shape():
     ("0.8.5.post1", "vllm/engine/arg_utils.py", "use_long_context = max_model_len > 32768",
      "long_context = max_model_len > 32768", "use_long_context"),
     # a check that warns instead of raising, or compares the other way, is no refusal
-    ("0.19.1", "vllm/config/scheduler.py", "            raise ValueError(\n                f\"max_num_batched_tokens "
-     "({self.max_num_batched_tokens}) must \"", "            logger.warning(\n                f\"max_num_batched_tokens "
-     "({self.max_num_batched_tokens}) must \"", "max_num_seqs"),
+    ("0.19.1", "vllm/config/scheduler.py",
+     "            raise ValueError(\n                f\"max_num_batched_tokens ({self.max_num_batched_tokens}) must \"",
+     "            logger.warning(\n                f\"max_num_batched_tokens ({self.max_num_batched_tokens}) must \"",
+     "max_num_seqs"),
     ("0.19.1", "vllm/config/scheduler.py", "self.max_num_batched_tokens < max_model_len",
      "self.max_num_batched_tokens > max_model_len", "max_model_len"),
     ("0.10.2", "vllm/config/scheduler.py", "if (self.max_num_batched_tokens < self.max_model_len",
