@@ -336,7 +336,8 @@ def test_the_open_module_is_refused_for_a_v100_that_nvidia_smi_answers_whatever_
 
 def test_vllm_v0_without_chunked_prefill_above_32k_is_planned_with_its_whole_length():
     """vLLM 0.8.5.post1 (V0) under `vllm serve` turns chunked prefill on above a 32k max_model_len and then profiles
-    512 batched tokens (vllm/engine/arg_utils.py; SchedulerConfig's chunked default); with
+    2048 batched tokens (vllm/engine/arg_utils.py; SchedulerConfig's chunked default, vllm/config.py lines 68 and
+    1967-1978, tests/data/vllm_source); with
     enable_chunked_prefill: false it profiles max_model_len tokens (max_num_batched_tokens = max(max_model_len,
     2048)). The plan follows the setting: Llama-3.1-8B at 65536 tokens on a 32 GB V100 fits with the default and is
     refused without chunked prefill, its refusal naming the activation peak of 65536 tokens."""
@@ -353,7 +354,7 @@ def test_vllm_v0_without_chunked_prefill_above_32k_is_planned_with_its_whole_len
     inst_ = {"model_path": path, "max_model_len": 65536, "gpu_memory_utilization": 0.95}
     data = {"vllm_version": "0.8.5.post1", "vllm_instances": {"l": inst_}}
     memory = planned(data, responses).engines["vllm"].instances[0].memory
-    assert memory.compute_buffer_bytes == vllm_activation_bytes(hf, 1, 512, 64, True) + VLLM_NON_TORCH_BYTES
+    assert memory.compute_buffer_bytes == vllm_activation_bytes(hf, 1, 2048, 64, True) + VLLM_NON_TORCH_BYTES
     whole = vllm_activation_bytes(hf, 1, 65536, 64, True) + VLLM_NON_TORCH_BYTES
     inst_["enable_chunked_prefill"] = False
     with pytest.raises(SettingsError) as e:
