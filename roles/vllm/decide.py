@@ -455,7 +455,7 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
 def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
            vllm_version: str | None = None, pipeline_parallel: int = 1,
            v1_profile_tokens: int | None = None, encoder: int = 0,
-           sampler_path: str | None = None, chunked: bool | None | str = "setting") -> tuple[planner.Plan, list[str]]:
+           sampler_path: str | None = None, chunked: bool | None = None) -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
     float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
     run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each);
@@ -463,7 +463,8 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
     planner's default);
     encoder: a vision encoder's memory per GPU (bytes, encoder_memory_gib), kept out of the KV cache; sampler_path:
     the release's top-k/top-p path in the profile run (VllmRelease.sampler_path_for; None: the planner's default);
-    chunked: enable_chunked_prefill as the planner counts it (planned_chunked; "setting": the instance's)."""
+    chunked: enable_chunked_prefill as the planner counts it (planned_chunked of the instance and its release;
+    None: the release's default)."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
@@ -472,8 +473,7 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
                               inst.gpu_memory_utilization, kv, inst.max_num_seqs, enforce_eager=inst.enforce_eager,
                               engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
                               v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder, sampler_path=sampler_path,
-                              enable_chunked_prefill=inst.enable_chunked_prefill if chunked == "setting"
-                              else chunked,
+                              enable_chunked_prefill=chunked,
                               max_num_batched_tokens=inst.max_num_batched_tokens)
     if mplan.fits:
         return mplan, []

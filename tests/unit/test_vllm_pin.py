@@ -258,7 +258,8 @@ def _method_code(source: str, cls: str, name: str, upto_chunked: bool):
 @functools.lru_cache(maxsize=None)
 def _oracle(version: str):
     """(chunked-prefill default, ModelConfig.get_hf_config_sliding_window or None, SchedulerConfig.__post_init__'s
-    default batch or None, the scheduler check) of one release's excerpts."""
+    default batch or None, the scheduler check, V1's `vllm serve` default batch below 70 GiB or None) of one
+    release's excerpts."""
     src = files(version)
     path = "vllm/config.py" if "vllm/config.py" in src and "class SchedulerConfig" in src["vllm/config.py"] \
         else "vllm/config/scheduler.py"
@@ -268,7 +269,8 @@ def _oracle(version: str):
     if "def __post_init__" in src[path]:
         post = _method_code(src[path], "SchedulerConfig", "__post_init__", False)
     return (_method_code(src["vllm/engine/arg_utils.py"], "EngineArgs", CHUNKED_DEFAULT[version], True), window,
-            post, _method_code(src[path], "SchedulerConfig", SCHEDULER_CHECK[version], False))
+            post, _method_code(src[path], "SchedulerConfig", SCHEDULER_CHECK[version], False),
+            rs.derive(src).profile_tokens)
 
 
 #: config.json variants of a generative model: text-only, a vision-language model (vLLM's is_multimodal_model:
@@ -296,7 +298,7 @@ def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: 
     (2226-2229)."""
     from types import SimpleNamespace
 
-    default, read_window, post, check = _oracle(version)
+    default, read_window, post, check, v1_default = _oracle(version)
     lora = [a for a in extra_args if a.endswith("enable-lora")]
     engine_args = SimpleNamespace(enable_chunked_prefill=asked, enable_prefix_caching=None,
                                   speculative_config=None,  # its JSON value is outside extra_args' characters
@@ -320,8 +322,8 @@ def vllm_verdict(version: str, asked: bool | None, max_model_len: int, batched: 
     if batched is None and post is not None:  # V0: SchedulerConfig's own default
         post(sched)
     elif batched is None:
-        tokens = rs.derive(files(version)).profile_tokens
-        sched.max_num_batched_tokens = min(seqs * max_model_len, tokens if chunked else max(max_model_len, tokens))
+        sched.max_num_batched_tokens = min(seqs * max_model_len,
+                                           v1_default if chunked else max(max_model_len, v1_default))
     try:
         check(sched, max_model_len) if check.__code__.co_argcount == 2 else check(sched)
     except ValueError as e:
