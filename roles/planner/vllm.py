@@ -101,22 +101,33 @@ VLLM_TP_COMM_BYTES = GiB // 4
 #: "Graph capturing finished in N secs, took X GiB"); 0.10.2 V1 likewise (vllm/v1/worker/gpu_worker.py:279 sizes,
 #: :344 captures); 0.19.1 profiles the graphs but subtracts them only with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1
 #: (gpu_worker.py:381-398; off by default, vllm/envs.py:1654; on by default from 0.21, as its own log line says).
-#: So the share left outside must hold the CUDA context and the graphs. Graph memory grows with the layers captured
-#: (each layer's kernels are nodes of every captured batch size's graph), per GPU after pipeline parallel:
+#: So the share left outside must hold the CUDA context and the graphs: per GPU, the layers it holds (after pipeline
+#: parallel) x the graphs it captures x the bytes one layer adds to one graph. The graphs are the release's capture
+#: list (vllm_cuda_graph_sizes, each rule read from that release's code), once per pipeline stage in V0.
+#: - one GPU: vllm#11349 (V0, Llama-3.2-1B, 16 layers, the 35 sizes of max_num_seqs 256) logged "Graph capturing
+#:   finished in 14 secs, took 0.21 GiB": 0.38 MiB a layer and graph. V1 piecewise graphs of Llama-3.1-8B (32
+#:   layers, vllm#23184, one line per size): 6-8 MiB per size up to 272, 24-28 MiB from 280 (0.2-0.9 MiB a layer
+#:   and graph; about 0.48 over 0.10.2's 67 sizes). Kept at 0.5 MiB. LMCache#3430 (0.21, Qwen3-8B, 36 layers,
+#:   FULL_AND_PIECEWISE: 86 graphs at 256) logged an estimate of 0.52 GiB and then ran out of memory capturing:
+#:   a floor only (0.17 MiB).
 #: - tensor parallel (custom all-reduce buffers registered per graph): vllm#7553 (0.5.4, Yi-34B, 60 layers, TP 4,
-#:   24564 MiB at 0.90) ran at 23859 MiB on nvidia-smi, 1752 MiB above its 22107 MiB share: with the 400 MiB
-#:   context, 1352 MiB of graphs, 22.5 MiB a layer. Kept at 24: vllm#11251 (Llama-3.1-8B, 32 layers, TP 2, 16 GB)
-#:   ran out of memory capturing with 0.79 GiB outside (the estimate must exceed 809 MiB: 32 x 24 + 400 = 1168),
-#:   and issue 27's field report (a 7B fp16 model, 32 layers, 2 x V100-16GB, TP 2, 0.92, CUDA graphs, a month at
-#:   14.8 GB per card) ran with 1293 MiB outside (needs at most 1293: 1168).
-#: - one GPU: LMCache#3430 (Qwen3-8B, 36 layers, V1) logged "estimated CUDA graph memory 0.52 GiB": 14.8 MiB a
-#:   layer, kept at 16 (32 layers: 512 MiB, the figure the planner used before as a flat estimate).
-#: The capture sizes (up to max_num_seqs: 35 sizes at 256 in V0) are those of the logs' default max_num_seqs 256;
-#: not calibrated on another. enforce_eager captures none. (M)
-VLLM_GRAPH_BYTES_PER_LAYER = 16 * MiB
-VLLM_GRAPH_TP_BYTES_PER_LAYER = 24 * MiB
+#:   35 graphs, 24564 MiB at 0.90) ran at 23859 MiB on nvidia-smi, 1752 MiB above its 22107 MiB share: with the
+#:   400 MiB context, 1352 MiB of graphs, 0.64 MiB a layer and graph. Kept at 0.75: vllm#11251 (Llama-3.1-8B, 32
+#:   layers, TP 2, 16 GB, 35 graphs) ran out of memory capturing with 0.79 GiB outside (the estimate must exceed
+#:   409 MiB of graphs: 840), and issue 27's field report (a 7B fp16 model, 32 layers, 2 x V100-16GB, TP 2, 0.92,
+#:   CUDA graphs, a month at 14.8 GB per card; vLLM's default max_num_seqs 256: 35 graphs) ran with 1293 MiB
+#:   outside (graphs at most 893 MiB: 840).
+#: enforce_eager captures none. (M)
+VLLM_GRAPH_BYTES_PER_LAYER_GRAPH = MiB // 2
+VLLM_GRAPH_TP_BYTES_PER_LAYER_GRAPH = 3 * MiB // 4
+#: How a release's default capture list follows max_num_seqs and max_num_batched_tokens (VllmRelease.cuda_graphs;
+#: vllm_cuda_graph_sizes says each rule's source): V0's, 0.10.2's PIECEWISE list, 0.19.1's FULL_DECODE_ONLY (the
+#: toolkit's --compilation-config for it) and vLLM's own V1 default FULL_AND_PIECEWISE (0.19.1; the rule for a V1
+#: release outside the table: the most graphs of the V1 rules)
+VLLM_GRAPH_RULES = ("v0", "v1_piecewise", "v1_full_decode", "v1_full_and_piecewise")
 #: Where the layers are unknown (another engine's claim on a shared GPU, planned without the vLLM model): the
-#: former flat estimate, above either per-layer figure for models up to 42 layers at TP 1 and 32 at TP > 1.
+#: former flat estimate, above the estimate of a 32-layer model at the toolkit's default max_num_seqs 64 under every
+#: rule (at most 30 graphs: 480 MiB at TP 1, 720 at TP > 1).
 VLLM_CUDA_GRAPH_BYTES = 512 * MiB
 VLLM_CUDA_GRAPH_TP_BYTES = 512 * MiB
 #: Engines the planner knows: V0 (the only one on Volta up to 0.10.1) and V1.
@@ -207,16 +218,48 @@ def vllm_activation_bytes(model: HfModel, tp: int, tokens: int, max_num_seqs: in
     return int(max(VLLM_ACTIVATION_FLOOR_BYTES, tokens * per_token + sampler))
 
 
-def vllm_graph_bytes(tp: int, enforce_eager: bool, n_layers: int | None = None) -> int:
+def vllm_cuda_graph_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """The batch sizes (sequences per decode step, tokens per piecewise step) a release captures a CUDA graph for
+    under `rule` (VLLM_GRAPH_RULES), ascending, with a piecewise and a full graph of one size listed twice. From
+    each release's code:
+    - "v0" (0.8.5.post1 vllm/config.py 4007-4030, VllmConfig._set_cudagraph_sizes): 1, 2, 4, then steps of 8 up
+      to the first of them >= max_num_seqs (35 sizes at 256); max_num_batched_tokens plays no part.
+    - "v1_piecewise" (0.10.2 vllm/config/scheduler.py 239-244: cuda_graph_sizes [min(2 x max_num_seqs, 512)];
+      vllm/config/__init__.py 3651-3672): 1, 2, 4, 8, 16, ... up to it, none above max_num_batched_tokens (67 at
+      256); PIECEWISE, one graph per size.
+    - "v1_full_decode" (0.19.1 vllm/config/vllm.py 1389-1443: up to min(2 x max_num_seqs, 512,
+      max_num_batched_tokens), steps of 8 below 256, of 16 from it; FULL_DECODE_ONLY, v1/cudagraph_dispatcher.py
+      207-224: full graphs only for sizes <= max_num_seqs): 35 sizes at 256.
+    - "v1_full_and_piecewise" (0.19.1's default cudagraph_mode, vllm.py 215, 234): that list as piecewise graphs
+      plus the full decode ones (86 at 256).
+    Raises ValueError for a rule not in VLLM_GRAPH_RULES."""
+    if rule == "v0":
+        possible = [1, 2, 4] + [8 * i for i in range(1, 1025)]
+        top = next((x for x in possible if x >= max_num_seqs), possible[-1])
+        return [x for x in possible if x <= top]
+    if rule == "v1_piecewise":
+        top = min(max_num_seqs * 2, 512)
+        return [x for x in [1, 2, 4, *range(8, top + 1, 8)] if x <= max_num_batched_tokens]
+    if rule in ("v1_full_decode", "v1_full_and_piecewise"):
+        top = min(max_num_seqs * 2, 512, max_num_batched_tokens)
+        sizes = sorted({x for x in (1, 2, 4) if x <= top} | set(range(8, min(top + 1, 256), 8))
+                       | set(range(256, top + 1, 16)))
+        full = [x for x in sizes if x <= max_num_seqs]
+        return full if rule == "v1_full_decode" else sorted(sizes + full)
+    raise ValueError(f"unknown vLLM CUDA graph rule {rule!r}; known: {', '.join(VLLM_GRAPH_RULES)}")
+
+
+def vllm_graph_bytes(tp: int, enforce_eager: bool, n_layers: int | None = None, graphs: int = 0) -> int:
     """CUDA graph memory per GPU (bytes), outside the gpu_memory_utilization share: n_layers (the layers one GPU
-    holds, after pipeline parallel) x VLLM_GRAPH_BYTES_PER_LAYER, or x VLLM_GRAPH_TP_BYTES_PER_LAYER under tensor
-    parallel; with n_layers None the flat VLLM_CUDA_GRAPH_BYTES (+ VLLM_CUDA_GRAPH_TP_BYTES under TP). 0 with
-    enforce_eager."""
+    holds, after pipeline parallel) x graphs (the graphs that GPU captures: len(vllm_cuda_graph_sizes), x the
+    pipeline stages in V0) x VLLM_GRAPH_BYTES_PER_LAYER_GRAPH, or x VLLM_GRAPH_TP_BYTES_PER_LAYER_GRAPH under
+    tensor parallel; with n_layers None the flat VLLM_CUDA_GRAPH_BYTES (+ VLLM_CUDA_GRAPH_TP_BYTES under TP). 0
+    with enforce_eager."""
     if enforce_eager:
         return 0
     if n_layers is None:
         return VLLM_CUDA_GRAPH_BYTES + (VLLM_CUDA_GRAPH_TP_BYTES if tp > 1 else 0)
-    return n_layers * (VLLM_GRAPH_TP_BYTES_PER_LAYER if tp > 1 else VLLM_GRAPH_BYTES_PER_LAYER)
+    return n_layers * graphs * (VLLM_GRAPH_TP_BYTES_PER_LAYER_GRAPH if tp > 1 else VLLM_GRAPH_BYTES_PER_LAYER_GRAPH)
 
 
 @dataclass(frozen=True)
@@ -244,6 +287,7 @@ class _VllmCase:
     encoder_bytes: int = 0  # a vision encoder's memory per GPU, held outside the KV cache (the user's figure)
     sampler_path: str | None = None  # the release's top-k/top-p path (VLLM_SAMPLER_PATHS; None: V0's calibration)
     max_num_batched_tokens: int | None = None  # the user's --max-num-batched-tokens (None: vLLM's default)
+    cuda_graphs: str | None = None  # the release's capture rule (VLLM_GRAPH_RULES; None: the engine's, _graph_rule)
 
     @property
     def gpu_bytes(self) -> int:
@@ -343,17 +387,29 @@ def _utilization_refusal(c: _VllmCase) -> str | None:
     return None
 
 
+def _graph_rule(c: _VllmCase) -> str:
+    """The case's capture rule: the release's, else V0's for V0 and FULL_AND_PIECEWISE (the most graphs) for V1."""
+    return c.cuda_graphs or ("v0" if c.engine == "V0" else "v1_full_and_piecewise")
+
+
 def _graphs(c: _VllmCase) -> int:
-    """CUDA graph bytes per GPU for this case: the layers of the heaviest pipeline stage."""
+    """CUDA graph bytes per GPU for this case: the layers of the heaviest pipeline stage x the graphs it captures
+    (V0 captures its list once per pipeline stage on every GPU: 0.8.5.post1 worker/model_runner.py 1503-1504) at
+    the batch the profile run takes."""
     layers = max(pp_partition(c.model.n_layers, c.pipeline_parallel)) if c.pipeline_parallel > 1 else c.model.n_layers
-    return vllm_graph_bytes(c.tp, c.enforce_eager, layers)
+    rule = _graph_rule(c)
+    batched = vllm_profiled_tokens(c.max_model_len, c.engine, c.enable_chunked_prefill, c.v1_profile_tokens,
+                                   c.max_num_batched_tokens, c.vllm_version)
+    graphs = len(vllm_cuda_graph_sizes(rule, c.max_num_seqs, batched)) * (c.pipeline_parallel if rule == "v0" else 1)
+    return vllm_graph_bytes(c.tp, c.enforce_eager, layers, graphs)
 
 
 def _opts(c: _VllmCase) -> dict:
     return {"engine": c.engine, "enable_chunked_prefill": c.enable_chunked_prefill, "enforce_eager": c.enforce_eager,
             "vllm_version": c.vllm_version, "pipeline_parallel": c.pipeline_parallel,
             "v1_profile_tokens": c.v1_profile_tokens, "encoder_bytes": c.encoder_bytes,  # per GPU at any TP
-            "sampler_path": c.sampler_path, "max_num_batched_tokens": c.max_num_batched_tokens}
+            "sampler_path": c.sampler_path, "max_num_batched_tokens": c.max_num_batched_tokens,
+            "cuda_graphs": c.cuda_graphs}
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -392,7 +448,7 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
               enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None,
               vllm_version: str | None = None, pipeline_parallel: int = 1,
               v1_profile_tokens: int | None = None, encoder_bytes: int = 0, sampler_path: str | None = None,
-              max_num_batched_tokens: int | None = None) -> Plan:
+              max_num_batched_tokens: int | None = None, cuda_graphs: str | None = None) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
     16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
@@ -419,10 +475,11 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
     sampler_path: how the release's sampler filters top-k/top-p in the profile run ("triton" or "sort", read from
     its code: VllmRelease.sampler_path; None: V0's calibrated count), which sets the sampler's copies of the logits.
     max_num_batched_tokens: the user's --max-num-batched-tokens, which the profile run then uses
-    (vllm_profiled_tokens). Outcome is
-    "fits" or
-    "does_not_fit". Raises ValueError for non-positive
-    sizes, a negative encoder_bytes, a utilization outside (0, 1], an unknown kv_cache_dtype, engine or sampler_path.
+    (vllm_profiled_tokens). cuda_graphs: the release's CUDA graph capture rule (VLLM_GRAPH_RULES:
+    VllmRelease.cuda_graphs; None: V0's for V0, FULL_AND_PIECEWISE for V1), which with max_num_seqs sets the graphs
+    counted outside the share (vllm_cuda_graph_sizes, vllm_graph_bytes). Outcome is "fits" or "does_not_fit".
+    Raises ValueError for non-positive sizes, a negative encoder_bytes, a utilization outside (0, 1], an unknown
+    kv_cache_dtype, engine, sampler_path or cuda_graphs.
     """
     return _plan_vllm(model, gpu_mib, n_gpus, tensor_parallel, max_model_len, gpu_memory_utilization,
                       kv_cache_dtype, max_num_seqs, True,
@@ -430,7 +487,7 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
                        "enforce_eager": enforce_eager, "vllm_version": vllm_version,
                        "pipeline_parallel": pipeline_parallel, "v1_profile_tokens": v1_profile_tokens,
                        "encoder_bytes": encoder_bytes, "sampler_path": sampler_path,
-                       "max_num_batched_tokens": max_num_batched_tokens})
+                       "max_num_batched_tokens": max_num_batched_tokens, "cuda_graphs": cuda_graphs})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,
@@ -443,6 +500,8 @@ def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len
         raise ValueError(f"encoder_bytes must be at least 0, got {opts['encoder_bytes']}")
     if opts.get("sampler_path") not in (None, *VLLM_SAMPLER_PATHS):
         raise ValueError(f"unknown vLLM sampler_path {opts['sampler_path']!r}; known: {', '.join(VLLM_SAMPLER_PATHS)}")
+    if opts.get("cuda_graphs") not in (None, *VLLM_GRAPH_RULES):
+        raise ValueError(f"unknown vLLM cuda_graphs {opts['cuda_graphs']!r}; known: {', '.join(VLLM_GRAPH_RULES)}")
     c = _vllm_case(model, gpu_mib, n_gpus, tp, max_model_len, util, kv_cache_dtype, max_num_seqs, opts)
     compute = c.overhead(max_model_len)
     kv_space = c.budget - c.weights - compute

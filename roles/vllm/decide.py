@@ -455,7 +455,8 @@ def shared_gpu_problems(instances: dict[str, VllmInstance], n_gpus: int) -> list
 def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_visible: int, engine: str = "V0",
            vllm_version: str | None = None, pipeline_parallel: int = 1,
            v1_profile_tokens: int | None = None, encoder: int = 0,
-           sampler_path: str | None = None, chunked: bool | None = None) -> tuple[planner.Plan, list[str]]:
+           sampler_path: str | None = None, chunked: bool | None = None,
+           cuda_graphs: str | None = None) -> tuple[planner.Plan, list[str]]:
     """The planner's verdict for one instance on `n_visible` GPUs of `gpu_mib` MiB per node: (plan, problems).
     float32 weights and an "auto" KV cache count 4 bytes per element; vllm_version decides whether the profile
     run's sampler counts (None: it does); pipeline_parallel: the nodes of a Ray cluster (one stage each);
@@ -464,7 +465,7 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
     encoder: a vision encoder's memory per GPU (bytes, encoder_memory_gib), kept out of the KV cache; sampler_path:
     the release's top-k/top-p path in the profile run (VllmRelease.sampler_path_for; None: the planner's default);
     chunked: enable_chunked_prefill as the planner counts it (planned_chunked of the instance and its release;
-    None: the release's default)."""
+    None: the release's default); cuda_graphs: the release's capture rule (VllmRelease.cuda_graphs)."""
     kv = inst.kv_cache_dtype
     if inst.dtype == "float32":  # weights and an "auto" KV cache at 4 bytes per element
         hf = replace(hf, weight_bytes=hf.weight_bytes * (2 if hf.quantization is None else 1))
@@ -474,7 +475,7 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
                               engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
                               v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder, sampler_path=sampler_path,
                               enable_chunked_prefill=chunked,
-                              max_num_batched_tokens=inst.max_num_batched_tokens)
+                              max_num_batched_tokens=inst.max_num_batched_tokens, cuda_graphs=cuda_graphs)
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])
@@ -567,7 +568,7 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
         if not more and inst.tensor_parallel_size <= visible:
             mplan, more = memory(key, inst, hf, gpu_memory_mib(settings, used), visible, rel.engine,
                                  rel.version, pipeline_parallel, tokens, encoder_bytes(inst),
-                                 rel.sampler_path_for(inst.max_num_seqs), planned)
+                                 rel.sampler_path_for(inst.max_num_seqs), planned, rel.cuda_graphs)
             problems += more
     dtype = inst.dtype if inst.dtype != "auto" or cc >= BF16_MIN_CAPABILITY else "half"
     warnings = tuple(half_precision_warnings(name, config, dtype, cc)) if config is not None else ()

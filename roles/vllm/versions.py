@@ -97,6 +97,9 @@ class VllmRelease:
     #: why vision-language models cannot run on compute capability < 8.0 with this release (None: they can): the
     #: machine code its vision encoder launches there lacks sm_70 (roles/vllm/machine_code.py VOLTA_LIMITS)
     volta_vision: str | None = None
+    #: which batch sizes it captures CUDA graphs for (planner.VLLM_GRAPH_RULES, planner.vllm_cuda_graph_sizes: read
+    #: from its code, with its flags as the toolkit starts it); None: the planner's rule for its engine
+    cuda_graphs: str | None = None
 
     def lock_file(self, python: str) -> Path:
         """files/vllm/vllm-<version>-py<python>.txt."""
@@ -145,7 +148,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
     "0.8.5.post1": VllmRelease(
         "0.8.5.post1", "2.6.0", "12.4", "V0", ("3.10", "3.11", "3.12"), "2025-05-20",
         environment={"VLLM_USE_V1": "0", "VLLM_ATTENTION_BACKEND": "XFORMERS"},
-        chunked_prefill="long_context", chunked_prefill_above=32768,
+        chunked_prefill="long_context", chunked_prefill_above=32768, cuda_graphs="v0",
         # fp8_e5m2 KV is storage-only: no FP8 hardware needed (docs/volta.md §4; M)
         kv_cache_dtypes=("auto", "fp8_e5m2"),
         attention_backend="XFORMERS",
@@ -154,7 +157,9 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
             "vllm/attention/backends/xformers.py XFormersImpl)")),
         sources={"engine": "vllm/engine/arg_utils.py _is_v1_supported_oracle: compute capability < 8.0 falls back "
                            "to V0", "attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls (V0): not "
-                           "has_device_capability(80) -> XFORMERS"}),
+                           "has_device_capability(80) -> XFORMERS",
+                 "cuda_graphs": "vllm/config.py VllmConfig._set_cudagraph_sizes (not VLLM_USE_V1); "
+                                "vllm/worker/model_runner.py capture_model (once per pipeline stage)"}),
     # The first V1 release with a Volta path (PRs #23614, #24022). torch 2.8.0 cu128 keeps sm_70. Its own choice
     # below 8.0 is FlexAttention (vllm/platforms/cuda.py get_attn_backend_cls: "FlexAttention is the default for
     # older GPUs"), so the toolkit pins TRITON_ATTN (docs/volta.md §4) with VLLM_ATTENTION_BACKEND. Its fp8 KV cache
@@ -171,12 +176,15 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         head_sizes=HeadSizes((32, 64, 96, 128, 160, 192, 224, 256), source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.get_supported_head_sizes")),
         profile_tokens=2048, profile_tokens_large=(70, 8192, ("a100",)), sampler_path="sort",
-        chunked_prefill="always",
+        chunked_prefill="always", cuda_graphs="v1_piecewise",
         sources={"attention_backend": "vllm/platforms/cuda.py get_attn_backend_cls: VLLM_ATTENTION_BACKEND "
                                       "TRITON_ATTN_VLLM_V1 -> triton_attn.TritonAttentionBackend (the default below "
                                       "8.0 is flex_attention.FlexAttentionBackend)",
                  "profile_tokens": "vllm/engine/arg_utils.py default_max_num_batched_tokens[OPENAI_API_SERVER] "
-                                   "for device memory < 70 GiB, 8192 from 70 GiB but on an A100"}),
+                                   "for device memory < 70 GiB, 8192 from 70 GiB but on an A100",
+                 "cuda_graphs": "vllm/config/scheduler.py SchedulerConfig.__post_init__ cuda_graph_sizes; "
+                                "vllm/config/__init__.py VllmConfig._set_cudagraph_sizes; cudagraph_mode PIECEWISE "
+                                "by default"}),
     # The newest release that installs from PyPI wheels with an sm_70 torch (tools/vllm_pin.py --survey: 0.20.0 and
     # later pin torch 2.11+, whose PyPI wheels are cu130 without sm_70, and their vLLM _C has no sm_70 either). V100
     # owners run ~0.19 (KumphanartDansiri/v100-vllm-2026). torch 2.10.0 cu128 keeps sm_70 (TORCH_SM70); the wheel is
@@ -197,7 +205,7 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
         head_sizes=HeadSizes(minimum=32, source=(
             "vllm/v1/attention/backends/triton_attn.py TritonAttentionBackend.supports_head_size")),
         profile_tokens=2048, profile_tokens_large=(70, 8192, ("a100",)), sampler_path="triton", sampler_triton_rows=8,
-        chunked_prefill="unless_off",
+        chunked_prefill="unless_off", cuda_graphs="v1_full_decode",
         volta_args=("--attention-backend", "TRITON_ATTN", "--compilation-config.cudagraph_mode=FULL_DECODE_ONLY"),
         vision_args=("--skip-mm-profiling",),
         start_timeout_s=1800,
@@ -206,6 +214,9 @@ VLLM_RELEASES: dict[str, VllmRelease] = {
                                       "(vllm/engine/arg_utils.py)",
                  "cuda_graph_mode": "KumphanartDansiri/v100-vllm-2026 (FULL_DECODE_ONLY); CUDAGraphMode in "
                                     "vllm/config/compilation.py",
+                 "cuda_graphs": "vllm/config/vllm.py VllmConfig._set_cudagraph_sizes; "
+                                "vllm/v1/cudagraph_dispatcher.py initialize_cudagraph_keys (FULL_DECODE_ONLY: full "
+                                "graphs for sizes up to max_num_seqs)",
                  "skip_mm_profiling": "KumphanartDansiri/v100-vllm-2026; --skip-mm-profiling in "
                                       "vllm/engine/arg_utils.py",
                  "start_timeout_s": "vllm/envs.py VLLM_ENGINE_READY_TIMEOUT_S (600); humanjesse/vllm-v100 (first "

@@ -266,7 +266,7 @@ def _oracle(version: str):
     window = post = None
     if "class ModelConfig" in src.get("vllm/config.py", ""):
         window = _method_code(src["vllm/config.py"], "ModelConfig", "get_hf_config_sliding_window", False)
-    if "def __post_init__" in src[path]:
+    if "def __post_init__" in src[path] and VLLM_RELEASES[version].engine == "V0":  # V1: cuda_graph_sizes only
         post = _method_code(src[path], "SchedulerConfig", "__post_init__", False)
     return (_method_code(src["vllm/engine/arg_utils.py"], "EngineArgs", CHUNKED_DEFAULT[version], True), window,
             post, _method_code(src[path], "SchedulerConfig", SCHEDULER_CHECK[version], False),
@@ -435,3 +435,103 @@ def test_a_chunked_prefill_or_scheduler_check_of_another_shape_is_an_error(versi
     f[path] = f[path].replace(old, new, 1)
     with pytest.raises(rs.SourceShapeError, match=says):
         rs.derive(f)
+
+
+def _excerpt_method(source: str, cls: str, name: str, scope: dict):
+    """A method of a class in an excerpt as a plain function, annotations and decorators dropped, run in `scope`."""
+    import ast
+
+    tree = ast.parse(source)
+    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    fn.returns, fn.decorator_list = None, []
+    for a in fn.args.args:
+        a.annotation = None
+    module = ast.fix_missing_locations(ast.Module([fn], []))
+    exec(compile(module, f"<vllm excerpt {cls}.{name}>", "exec"), scope)
+    return scope[fn.name]
+
+
+def vllm_captured_sizes(version: str, seqs: int, batched: int, mode: str | None = None) -> list[int]:
+    """The batch sizes a release captures CUDA graphs for, ascending (a size with a piecewise and a full graph
+    twice), from its own excerpted code: VllmConfig._set_cudagraph_sizes on a V100 without sequence parallelism
+    (0.8.5.post1 with VLLM_USE_V1=0 as the toolkit runs it; 0.10.2 after SchedulerConfig.__post_init__'s default
+    cuda_graph_sizes), and in 0.19.1 the dispatcher's keys (CudagraphDispatcher.initialize_cudagraph_keys, no LoRA)
+    for cudagraph_mode `mode` (its CUDAGraphMode excerpt; None: the mode the toolkit's volta_args set)."""
+    import dataclasses
+    import enum
+    import itertools
+    from types import SimpleNamespace as NS
+
+    src = files(version)
+    captured: list[int] = []
+    quiet = NS(**{k: (lambda *a, **k: None) for k in ("debug", "info", "warning", "warning_once")})
+    sched = NS(max_num_seqs=seqs, max_num_batched_tokens=batched, cuda_graph_sizes=[])
+    comp = NS(pass_config=NS(enable_sequence_parallelism=False, enable_sp=False),
+              init_with_cudagraph_sizes=captured.extend, post_init_cudagraph_sizes=lambda: None,
+              max_cudagraph_capture_size=None, cudagraph_capture_sizes=None)
+    config = NS(scheduler_config=sched, model_config=NS(enforce_eager=False), compilation_config=comp,
+                parallel_config=NS(tensor_parallel_size=1), speculative_config=None, performance_mode="balanced")
+    if version == "0.10.2":
+        _excerpt_method(src["vllm/config/scheduler.py"], "SchedulerConfig", "__post_init__", {})(sched)
+    if version != "0.19.1":
+        path = "vllm/config.py" if version == "0.8.5.post1" else "vllm/config/__init__.py"
+        envs = NS(VLLM_USE_V1=VLLM_RELEASES[version].engine == "V1")
+        _excerpt_method(src[path], "VllmConfig", "_set_cudagraph_sizes", {"envs": envs, "logger": quiet})(config)
+        return sorted(captured)
+    scope = {"enum": enum}
+    exec(compile(src["vllm/config/compilation.py"], "<vllm excerpt compilation.py>", "exec"), scope)
+    modes = scope["CUDAGraphMode"]
+    if mode is None:
+        mode = next(a.split("=", 1)[1] for a in VLLM_RELEASES[version].volta_args if "cudagraph_mode=" in a)
+    comp.cudagraph_mode = modes[mode]
+    _excerpt_method(src["vllm/config/vllm.py"], "VllmConfig", "_set_cudagraph_sizes",
+                    {"CUDAGraphMode": modes, "logger": quiet})(config)
+
+    @dataclasses.dataclass(frozen=True)
+    class BatchDescriptor:  # vllm/forward_context.py 30-51: its fields
+        num_tokens: int
+        num_reqs: int | None = None
+        uniform: bool = False
+        has_lora: bool = False
+        num_active_loras: int = 0
+
+    keys: set = set()
+    dispatcher = NS(vllm_config=config, compilation_config=comp, _compute_bs_to_padded_graph_size=lambda: None,
+                    _get_lora_cases=lambda: [0], add_cudagraph_key=lambda m, d: keys.add((m, d)),
+                    _create_padded_batch_descriptor=lambda bs, uniform, has_lora, n: BatchDescriptor(
+                        bs, bs if uniform else bs, uniform, has_lora, n))
+    _excerpt_method(src["vllm/v1/cudagraph_dispatcher.py"], "CudagraphDispatcher", "initialize_cudagraph_keys",
+                    {"CUDAGraphMode": modes, "product": itertools.product, "replace": dataclasses.replace})(
+        dispatcher, modes[mode], 1)
+    return sorted(d.num_tokens for _, d in keys)
+
+
+#: max_num_seqs around every step of the capture lists (V0's 8, 0.19.1's 16 from 256, the caps at 256 and 512)
+GRAPH_SEQS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 63, 64, 65, 128, 129, 255, 256, 257, 264, 300, 511, 512, 513,
+              1024, 1025, 4096)
+#: max_num_batched_tokens: below and between the sizes, 0.19.1's and 0.10.2's default on a V100 (2048), 8192
+GRAPH_BATCHED = (1, 5, 16, 100, 300, 2048, 8192)
+
+
+@pytest.mark.parametrize("version,mode,rule", [("0.8.5.post1", None, "v0"), ("0.10.2", None, "v1_piecewise"),
+                                               ("0.19.1", None, "v1_full_decode"),
+                                               ("0.19.1", "FULL_AND_PIECEWISE", "v1_full_and_piecewise")])
+def test_cuda_graph_sizes_are_those_vllm_captures(version, mode, rule):
+    """Issue 27: the planner's capture list (planner.vllm_cuda_graph_sizes, the graphs counted outside
+    gpu_memory_utilization) equals the release's own, computed here by its excerpted code on a grid of max_num_seqs
+    and max_num_batched_tokens; the table's rule is the release's (0.19.1: the cudagraph_mode of the toolkit's own
+    --compilation-config), and vLLM's own V1 default, FULL_AND_PIECEWISE, is the planner's rule for a V1 release
+    outside the table."""
+    from roles import planner
+
+    if mode is None:
+        assert VLLM_RELEASES[version].cuda_graphs == rule
+    for seqs in GRAPH_SEQS:
+        for batched in GRAPH_BATCHED:
+            assert planner.vllm_cuda_graph_sizes(rule, seqs, batched) == vllm_captured_sizes(
+                version, seqs, batched, mode), (seqs, batched)
+    # the counts vLLM's users see at its default max_num_seqs 256: 35 graphs in V0, "by default, vLLM captures 67
+    # graphs" (vllm RFC #20098, V1 PIECEWISE), 0.19.1's 51 piecewise sizes and 35 full ones
+    assert len(vllm_captured_sizes(version, 256, 8192, mode)) == {"v0": 35, "v1_piecewise": 67, "v1_full_decode": 35,
+                                                                  "v1_full_and_piecewise": 86}[rule]

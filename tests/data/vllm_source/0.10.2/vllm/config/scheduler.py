@@ -2,6 +2,15 @@
 # Only the parts tests/unit/test_vllm_pin.py needs; each block keeps its original lines, numbered.
 # line 31:
 class SchedulerConfig:
+    # line 181:
+    def __post_init__(self) -> None:
+        # lines 239-244:
+        # NOTE: Default set cuda_graph_sizes to [min(max_num_seqs * 2, 512)].
+        # This avoids OOM in tight memory scenarios with small max_num_seqs,
+        # and prevents capture of many large graphs (>512) that would greatly
+        # increase startup time with limited performance benefit.
+        if not self.cuda_graph_sizes:
+            self.cuda_graph_sizes = [min(self.max_num_seqs * 2, 512)]
     # lines 251-266:
     def _verify_args(self) -> Self:
         if (self.max_num_batched_tokens < self.max_model_len
