@@ -61,6 +61,8 @@ from .vllm import (
     vllm_activation_bytes,
     vllm_cuda_graph_sizes,
     vllm_graph_bytes,
+    vllm_graph_rule,
+    vllm_unread_graph_bytes,
     vllm_profiled_tokens,
     vllm_sampler_bytes,
     vllm_samples_in_profile,
@@ -76,6 +78,7 @@ __all__ = [
     "hf_model_from_config", "hf_text_config", "kv_bytes_per_token", "plan_llama_cpp", "plan_vllm", "read_gguf",
     "read_hf", "safetensors_sizes", "VLLM_CUDA_GRAPH_BYTES", "VLLM_CUDA_GRAPH_TP_BYTES", "VLLM_GRAPH_BYTES_PER_LAYER_GRAPH", "VLLM_GRAPH_RULES",
     "VLLM_GRAPH_TP_BYTES_PER_LAYER_GRAPH", "VLLM_ENGINES",
-    "vllm_activation_bytes", "vllm_derived_max_len", "vllm_cuda_graph_sizes", "vllm_graph_bytes", "vllm_profiled_tokens",
+    "vllm_activation_bytes", "vllm_derived_max_len", "vllm_cuda_graph_sizes", "vllm_graph_bytes",
+    "vllm_graph_rule", "vllm_unread_graph_bytes", "vllm_profiled_tokens",
     "VLLM_SAMPLER_FP32_COPIES", "vllm_sampler_bytes", "vllm_samples_in_profile",
 ]

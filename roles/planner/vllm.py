@@ -116,7 +116,8 @@ VLLM_TP_COMM_BYTES = GiB // 4
 #:   layers, TP 2, 16 GB, 35 graphs) ran out of memory capturing with 0.79 GiB outside (the estimate must exceed
 #:   409 MiB of graphs: 840), and issue 27's field report (a 7B fp16 model, 32 layers, 2 x V100-16GB, TP 2, 0.92,
 #:   CUDA graphs, a month at 14.8 GB per card; vLLM's default max_num_seqs 256: 35 graphs) ran with 1293 MiB
-#:   outside (graphs at most 893 MiB: 840).
+#:   outside (graphs at most 893 MiB: 840). Linear in the graphs at every TP: no log shows TP 2 with few graphs,
+#:   so a TP plan at a small max_num_seqs is an extrapolation from these 35-graph ones.
 #: enforce_eager captures none. (M)
 VLLM_GRAPH_BYTES_PER_LAYER_GRAPH = MiB // 2
 VLLM_GRAPH_TP_BYTES_PER_LAYER_GRAPH = 3 * MiB // 4
@@ -125,11 +126,14 @@ VLLM_GRAPH_TP_BYTES_PER_LAYER_GRAPH = 3 * MiB // 4
 #: toolkit's --compilation-config for it) and vLLM's own V1 default FULL_AND_PIECEWISE (0.19.1; the rule for a V1
 #: release outside the table: the most graphs of the V1 rules)
 VLLM_GRAPH_RULES = ("v0", "v1_piecewise", "v1_full_decode", "v1_full_and_piecewise")
-#: Where the layers are unknown (another engine's claim on a shared GPU, planned without the vLLM model): the
-#: former flat estimate, above the estimate of a 32-layer model at the toolkit's default max_num_seqs 64 under every
-#: rule (at most 30 graphs: 480 MiB at TP 1, 720 at TP > 1).
+#: Where the layers are unknown (another engine's view of a vLLM instance on a shared GPU, planned without the vLLM
+#: model): the former flat estimate, or the graphs of VLLM_UNREAD_GRAPH_LAYERS layers where that is more
+#: (vllm_unread_graph_bytes).
 VLLM_CUDA_GRAPH_BYTES = 512 * MiB
 VLLM_CUDA_GRAPH_TP_BYTES = 512 * MiB
+#: The most layers a model served on V100s commonly has (Llama-2/3-70B, Qwen2.5-72B: 80; config.json), for the
+#: graphs of an instance whose model was not read
+VLLM_UNREAD_GRAPH_LAYERS = 80
 #: Engines the planner knows: V0 (the only one on Volta up to 0.10.1) and V1.
 VLLM_ENGINES = ("V0", "V1")
 #: A GPTQ 4-bit build with group size 128 stores per weight 4 bits + a 16-bit scale and a 4-bit zero per group:
@@ -222,16 +226,18 @@ def vllm_cuda_graph_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: 
     """The batch sizes (sequences per decode step, tokens per piecewise step) a release captures a CUDA graph for
     under `rule` (VLLM_GRAPH_RULES), ascending, with a piecewise and a full graph of one size listed twice. From
     each release's code:
-    - "v0" (0.8.5.post1 vllm/config.py 4007-4030, VllmConfig._set_cudagraph_sizes): 1, 2, 4, then steps of 8 up
-      to the first of them >= max_num_seqs (35 sizes at 256); max_num_batched_tokens plays no part.
+    - "v0" (0.8.5.post1 vllm/config.py 4001-4030, VllmConfig._set_cudagraph_sizes): 1, 2, 4, then multiples of 8
+      up to the first of them >= max_num_seqs (35 sizes at 256); max_num_batched_tokens plays no part.
     - "v1_piecewise" (0.10.2 vllm/config/scheduler.py 239-244: cuda_graph_sizes [min(2 x max_num_seqs, 512)];
-      vllm/config/__init__.py 3651-3672): 1, 2, 4, 8, 16, ... up to it, none above max_num_batched_tokens (67 at
-      256); PIECEWISE, one graph per size.
-    - "v1_full_decode" (0.19.1 vllm/config/vllm.py 1389-1443: up to min(2 x max_num_seqs, 512,
+      vllm/config/__init__.py 3651-3672): 1, 2, 4, then multiples of 8 up to it, none above max_num_batched_tokens
+      (67 at 256 where max_num_batched_tokens >= 512); PIECEWISE, one graph per size.
+    - "v1_full_decode" (0.19.1 vllm/config/vllm.py 1389-1444: up to min(2 x max_num_seqs, 512,
       max_num_batched_tokens), steps of 8 below 256, of 16 from it; FULL_DECODE_ONLY, v1/cudagraph_dispatcher.py
-      207-224: full graphs only for sizes <= max_num_seqs): 35 sizes at 256.
+      206-230: full graphs only for sizes <= max_num_seqs): 35 sizes at 256.
     - "v1_full_and_piecewise" (0.19.1's default cudagraph_mode, vllm.py 215, 234): that list as piecewise graphs
-      plus the full decode ones (86 at 256).
+      plus the full decode ones (86 at 256 where max_num_batched_tokens >= 512).
+    Not counted: LoRA in 0.19.1 (its graphs captured again with an adapter), speculative decoding, capture sizes or
+    modes set through extra_args, --performance-mode interactivity.
     Raises ValueError for a rule not in VLLM_GRAPH_RULES."""
     if rule == "v0":
         possible = [1, 2, 4] + [8 * i for i in range(1, 1025)]
@@ -249,17 +255,38 @@ def vllm_cuda_graph_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: 
     raise ValueError(f"unknown vLLM CUDA graph rule {rule!r}; known: {', '.join(VLLM_GRAPH_RULES)}")
 
 
-def vllm_graph_bytes(tp: int, enforce_eager: bool, n_layers: int | None = None, graphs: int = 0) -> int:
+def vllm_graph_bytes(tp: int, enforce_eager: bool, n_layers: int | None = None, graphs: int | None = None) -> int:
     """CUDA graph memory per GPU (bytes), outside the gpu_memory_utilization share: n_layers (the layers one GPU
     holds, after pipeline parallel) x graphs (the graphs that GPU captures: len(vllm_cuda_graph_sizes), x the
     pipeline stages in V0) x VLLM_GRAPH_BYTES_PER_LAYER_GRAPH, or x VLLM_GRAPH_TP_BYTES_PER_LAYER_GRAPH under
     tensor parallel; with n_layers None the flat VLLM_CUDA_GRAPH_BYTES (+ VLLM_CUDA_GRAPH_TP_BYTES under TP). 0
-    with enforce_eager."""
+    with enforce_eager. Raises ValueError for n_layers without graphs."""
     if enforce_eager:
         return 0
     if n_layers is None:
         return VLLM_CUDA_GRAPH_BYTES + (VLLM_CUDA_GRAPH_TP_BYTES if tp > 1 else 0)
+    if graphs is None:
+        raise ValueError("vllm_graph_bytes: n_layers needs graphs (len(vllm_cuda_graph_sizes(...)))")
     return n_layers * graphs * (VLLM_GRAPH_TP_BYTES_PER_LAYER_GRAPH if tp > 1 else VLLM_GRAPH_BYTES_PER_LAYER_GRAPH)
+
+
+def vllm_graph_rule(cuda_graphs: str | None, engine: str) -> str:
+    """The capture rule planned: the release's (VllmRelease.cuda_graphs), else V0's for the V0 engine and vLLM's own
+    V1 default FULL_AND_PIECEWISE (the most graphs of the V1 rules) for V1."""
+    return cuda_graphs or ("v0" if engine == "V0" else "v1_full_and_piecewise")
+
+
+def vllm_unread_graph_bytes(tp: int, enforce_eager: bool, max_num_seqs: int, cuda_graphs: str | None, engine: str,
+                            max_num_batched_tokens: int | None = None) -> int:
+    """CUDA graph memory per GPU (bytes) of a vLLM instance whose model was not read (another engine's view of it on
+    a shared GPU): the larger of the flat estimate and VLLM_UNREAD_GRAPH_LAYERS layers x the graphs its release's
+    rule (vllm_graph_rule) captures at max_num_seqs and max_num_batched_tokens (None: 8192, which caps no list
+    below 512), so that what is left for the other engine is never more than the planned instance leaves. 0 with
+    enforce_eager."""
+    graphs = len(vllm_cuda_graph_sizes(vllm_graph_rule(cuda_graphs, engine), max_num_seqs,
+                                       max_num_batched_tokens or 8192))
+    return max(vllm_graph_bytes(tp, enforce_eager), vllm_graph_bytes(tp, enforce_eager, VLLM_UNREAD_GRAPH_LAYERS,
+                                                                     graphs))
 
 
 @dataclass(frozen=True)
@@ -287,7 +314,7 @@ class _VllmCase:
     encoder_bytes: int = 0  # a vision encoder's memory per GPU, held outside the KV cache (the user's figure)
     sampler_path: str | None = None  # the release's top-k/top-p path (VLLM_SAMPLER_PATHS; None: V0's calibration)
     max_num_batched_tokens: int | None = None  # the user's --max-num-batched-tokens (None: vLLM's default)
-    cuda_graphs: str | None = None  # the release's capture rule (VLLM_GRAPH_RULES; None: the engine's, _graph_rule)
+    cuda_graphs: str | None = None  # the release's capture rule (VLLM_GRAPH_RULES; None: vllm_graph_rule's)
 
     @property
     def gpu_bytes(self) -> int:
@@ -387,17 +414,12 @@ def _utilization_refusal(c: _VllmCase) -> str | None:
     return None
 
 
-def _graph_rule(c: _VllmCase) -> str:
-    """The case's capture rule: the release's, else V0's for V0 and FULL_AND_PIECEWISE (the most graphs) for V1."""
-    return c.cuda_graphs or ("v0" if c.engine == "V0" else "v1_full_and_piecewise")
-
-
 def _graphs(c: _VllmCase) -> int:
     """CUDA graph bytes per GPU for this case: the layers of the heaviest pipeline stage x the graphs it captures
     (V0 captures its list once per pipeline stage on every GPU: 0.8.5.post1 worker/model_runner.py 1503-1504) at
     the batch the profile run takes."""
     layers = max(pp_partition(c.model.n_layers, c.pipeline_parallel)) if c.pipeline_parallel > 1 else c.model.n_layers
-    rule = _graph_rule(c)
+    rule = vllm_graph_rule(c.cuda_graphs, c.engine)
     batched = vllm_profiled_tokens(c.max_model_len, c.engine, c.enable_chunked_prefill, c.v1_profile_tokens,
                                    c.max_num_batched_tokens, c.vllm_version)
     graphs = len(vllm_cuda_graph_sizes(rule, c.max_num_seqs, batched)) * (c.pipeline_parallel if rule == "v0" else 1)

@@ -138,3 +138,44 @@ def test_the_refusal_says_what_each_engine_on_the_gpu_claims_and_only_those():
     claims = gpu_claims([("llama-server@a", None, int(14.5 * GB))], [("vllm@b", None, 1, 0.9, 0)], one(V100_32GB_MIB))
     (p,) = gpu_sum_problems(claims, one(V100_32GB_MIB))
     assert "(llama-server's planned total, vLLM's gpu_memory_utilization share" in p
+
+
+def test_llama_cpp_leaves_room_for_the_graphs_vllm_captures_at_its_max_num_seqs():
+    """Issue 27: beside a vLLM 0.10.2 instance at max_num_seqs 256 (67 PIECEWISE graphs: vLLM's code, run by
+    tests/unit/test_vllm_pin.py), llama.cpp's share of the GPU leaves vLLM's 0.9 share, its CUDA context and the
+    graphs of up to 80 layers (80 x 67 x 0.5 MiB = 2680 MiB), not the flat 512 MiB of before; at max_num_seqs 16
+    (11 graphs: 440 MiB) the flat estimate stays."""
+    from roles.llama_cpp.decide import gpu_shares
+    from roles.settings import Settings
+
+    gpu = {"index": 0, "name": "Tesla V100-SXM2-32GB", "compute_cap": "7.0", "memory_mib": V100_32GB_MIB,
+           "persistence_mode": True, "driver_version": "535.261.03"}
+
+    def fraction(seqs: int, **more) -> float:
+        s = Settings(vllm_version="0.10.2", llama_cpp_instances={"a": {"model_source": "/m/a.gguf"}},
+                     vllm_instances={"b": {"model_source": "/m/b", "max_num_seqs": seqs, "gpu_memory_utilization":
+                                           0.5, **more}})
+        return gpu_shares(s, [gpu])["a"].fraction
+
+    left = V100_32GB_MIB * MIB - int(V100_32GB_MIB * MIB * 0.5) - 400 * MIB
+    assert fraction(256) * V100_32GB_MIB * MIB == pytest.approx(left - 2680 * MIB, abs=2 * MIB)
+    assert fraction(16) * V100_32GB_MIB * MIB == pytest.approx(left - 512 * MIB, abs=2 * MIB)
+    # no size above max_num_batched_tokens is captured: 35 of them up to 256, 80 x 35 x 0.5 MiB
+    assert fraction(256, max_num_batched_tokens=256) * V100_32GB_MIB * MIB == pytest.approx(left - 1400 * MIB,
+                                                                                         abs=2 * MIB)
+
+
+def test_a_vllm_instance_planned_without_its_model_claims_the_unread_graph_estimate():
+    """roles/vllm/engine.py: a vLLM instance whose model was not read (no memory plan) claims its share, the CUDA
+    context and the graphs llama.cpp's plan leaves room for (80 layers x 0.10.2's 67 graphs at max_num_seqs 256 x
+    0.5 MiB), so both engines' sums count the same bytes for it."""
+    from types import SimpleNamespace as NS
+
+    from roles.vllm.engine import _claims
+    from roles.vllm.versions import VLLM_RELEASES
+
+    inst = NS(gpus=None, tensor_parallel_size=1, gpu_memory_utilization=0.5, enforce_eager=False, max_num_seqs=256,
+              max_num_batched_tokens=None)
+    p = NS(release=VLLM_RELEASES["0.10.2"], instances=[NS(name="b", settings=inst, memory=None)])
+    ((unit, claimed),) = _claims(p, one(V100_32GB_MIB))[0]
+    assert claimed == int(V100_32GB_MIB * MIB * 0.5) + 400 * MIB + 2680 * MIB

@@ -116,3 +116,53 @@ def test_a_v1_release_outside_the_table_counts_vllms_own_default_mode():
         unknown, known = (plan_vllm(LLAMA_7B, 32510, 1, 1, 2048, 0.9, "auto", 256, engine=engine,
                                     vllm_version="0.21.0", cuda_graphs=r).outside_bytes for r in (None, rule))
         assert unknown == known, engine
+
+
+def test_tensor_parallel_graphs_cost_the_same_at_every_tp_above_one():
+    """Custom all-reduce registers its buffers in every graph at any tensor parallel above 1 (vLLM's
+    CustomAllreduce supports world sizes 2, 4, 6 and 8: vllm/distributed/device_communicators/custom_all_reduce.py
+    _SUPPORTED_WORLD_SIZES), so TP 2 is costed as vllm#7553's TP 4 was calibrated, above TP 1; the per-graph
+    figure is linear in the graphs (no log at TP 2 with few graphs: an extrapolation, roles/planner/vllm.py)."""
+    assert vllm_graph_bytes(2, False, 32, V0_GRAPHS) == vllm_graph_bytes(4, False, 32, V0_GRAPHS) \
+        > vllm_graph_bytes(1, False, 32, V0_GRAPHS)
+
+
+def test_layers_without_graphs_is_an_error():
+    with pytest.raises(ValueError, match="n_layers needs graphs"):
+        vllm_graph_bytes(1, False, 32)
+
+
+def test_another_engine_never_counts_fewer_graphs_than_a_planned_instance_of_up_to_80_layers():
+    """Where llama.cpp plans beside a vLLM instance whose model it did not read (roles/llama_cpp/decide.py
+    gpu_shares), the graphs it leaves room for cover any model of up to 80 layers (Llama-3-70B, Qwen2.5-72B) under
+    the release's rule, and are never below the former flat estimate."""
+    from roles.planner import vllm_unread_graph_bytes
+
+    for tp in (1, 2):
+        for rule in VLLM_GRAPH_RULES:
+            for seqs in (1, 16, 64, 256, 1024):
+                unread = vllm_unread_graph_bytes(tp, False, seqs, rule, "V1")
+                assert unread >= vllm_graph_bytes(tp, False)
+                for layers in (16, 32, 80):
+                    assert unread >= vllm_graph_bytes(tp, False, layers, len(vllm_cuda_graph_sizes(rule, seqs, 8192)))
+    assert vllm_unread_graph_bytes(1, True, 256, "v0", "V0") == 0
+    # a release outside the table: V1's rule with the most graphs
+    assert vllm_unread_graph_bytes(1, False, 256, None, "V1") == 80 * V1_FULL_AND_PIECEWISE_GRAPHS * MiB // 2
+
+
+#: Llama-2-13B's config.json (fp16, 13.0e9 parameters)
+LLAMA_13B = HfModel(architecture="LlamaForCausalLM", n_layers=40, n_heads=40, n_kv_heads=40, head_dim=128,
+                    max_position_embeddings=4096, weight_bytes=int(13.0e9) * 2, hidden_size=5120,
+                    intermediate_size=13824, vocab_size=32000)
+
+
+def test_a_suggested_tensor_parallel_is_planned_with_the_releases_graphs():
+    """A 13B fp16 model does not fit one V100-16GB; at tensor parallel 2 and 0.95 (808 MiB outside) 0.19.1's
+    FULL_DECODE_ONLY graphs (40 layers x 11 x 0.75 MiB) and the context fit, so the refusal suggests TP 2; with
+    FULL_AND_PIECEWISE's 30 graphs they would not, and nothing is suggested."""
+    kw = dict(engine="V1", vllm_version="0.19.1", v1_profile_tokens=2048)
+    decode = plan_vllm(LLAMA_13B, V100_16GB_MIB, 2, 1, 2048, 0.95, "auto", 64, cuda_graphs="v1_full_decode", **kw)
+    both = plan_vllm(LLAMA_13B, V100_16GB_MIB, 2, 1, 2048, 0.95, "auto", 64, cuda_graphs="v1_full_and_piecewise",
+                     **kw)
+    assert not decode.fits and "fits with tensor_parallel_size 2 on 2 GPUs of 16160 MiB" in decode.reasons
+    assert not both.fits and not any("tensor_parallel_size 2" in r for r in both.reasons)

@@ -500,7 +500,7 @@ def vllm_captured_sizes(version: str, seqs: int, batched: int, mode: str | None 
     dispatcher = NS(vllm_config=config, compilation_config=comp, _compute_bs_to_padded_graph_size=lambda: None,
                     _get_lora_cases=lambda: [0], add_cudagraph_key=lambda m, d: keys.add((m, d)),
                     _create_padded_batch_descriptor=lambda bs, uniform, has_lora, n: BatchDescriptor(
-                        bs, bs if uniform else bs, uniform, has_lora, n))
+                        bs, bs if uniform else None, uniform, has_lora, n))
     _excerpt_method(src["vllm/v1/cudagraph_dispatcher.py"], "CudagraphDispatcher", "initialize_cudagraph_keys",
                     {"CUDAGraphMode": modes, "product": itertools.product, "replace": dataclasses.replace})(
         dispatcher, modes[mode], 1)
