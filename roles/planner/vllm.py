@@ -222,7 +222,7 @@ def vllm_activation_bytes(model: HfModel, tp: int, tokens: int, max_num_seqs: in
     return int(max(VLLM_ACTIVATION_FLOOR_BYTES, tokens * per_token + sampler))
 
 
-def vllm_cuda_graph_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+def vllm_cuda_graph_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: int, lora: bool = False) -> list[int]:
     """The batch sizes (sequences per decode step, tokens per piecewise step) a release captures a CUDA graph for
     under `rule` (VLLM_GRAPH_RULES), ascending, with a piecewise and a full graph of one size listed twice. From
     each release's code:
@@ -236,8 +236,11 @@ def vllm_cuda_graph_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: 
       206-230: full graphs only for sizes <= max_num_seqs): 35 sizes at 256.
     - "v1_full_and_piecewise" (0.19.1's default cudagraph_mode, vllm.py 215, 234): that list as piecewise graphs
       plus the full decode ones (86 at 256 where max_num_batched_tokens >= 512).
-    Not counted: LoRA in 0.19.1 (its graphs captured again with an adapter), speculative decoding, capture sizes or
-    modes set through extra_args, --performance-mode interactivity.
+    lora (--enable-lora): the 0.19.1 rules capture every graph twice, without and with an adapter
+    (v1/cudagraph_dispatcher.py 110-129 _get_lora_cases: [0, max_loras + 1] under the default
+    cudagraph_specialize_lora and no specialize_active_lora); V0 and 0.10.2 run LoRA inside the same graphs.
+    Not counted: speculative decoding, capture sizes or modes set through extra_args, --performance-mode
+    interactivity, --specialize-active-lora.
     Raises ValueError for a rule not in VLLM_GRAPH_RULES."""
     if rule == "v0":
         possible = [1, 2, 4] + [8 * i for i in range(1, 1025)]
@@ -251,7 +254,8 @@ def vllm_cuda_graph_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: 
         sizes = sorted({x for x in (1, 2, 4) if x <= top} | set(range(8, min(top + 1, 256), 8))
                        | set(range(256, top + 1, 16)))
         full = [x for x in sizes if x <= max_num_seqs]
-        return full if rule == "v1_full_decode" else sorted(sizes + full)
+        graphs = full if rule == "v1_full_decode" else sizes + full
+        return sorted(graphs * (2 if lora else 1))
     raise ValueError(f"unknown vLLM CUDA graph rule {rule!r}; known: {', '.join(VLLM_GRAPH_RULES)}")
 
 
@@ -315,6 +319,7 @@ class _VllmCase:
     sampler_path: str | None = None  # the release's top-k/top-p path (VLLM_SAMPLER_PATHS; None: V0's calibration)
     max_num_batched_tokens: int | None = None  # the user's --max-num-batched-tokens (None: vLLM's default)
     cuda_graphs: str | None = None  # the release's capture rule (VLLM_GRAPH_RULES; None: vllm_graph_rule's)
+    lora: bool = False  # --enable-lora in extra_args (the graphs it adds: vllm_cuda_graph_sizes)
 
     @property
     def gpu_bytes(self) -> int:
@@ -422,7 +427,8 @@ def _graphs(c: _VllmCase) -> int:
     rule = vllm_graph_rule(c.cuda_graphs, c.engine)
     batched = vllm_profiled_tokens(c.max_model_len, c.engine, c.enable_chunked_prefill, c.v1_profile_tokens,
                                    c.max_num_batched_tokens, c.vllm_version)
-    graphs = len(vllm_cuda_graph_sizes(rule, c.max_num_seqs, batched)) * (c.pipeline_parallel if rule == "v0" else 1)
+    graphs = len(vllm_cuda_graph_sizes(rule, c.max_num_seqs, batched, c.lora)) * (
+        c.pipeline_parallel if rule == "v0" else 1)
     return vllm_graph_bytes(c.tp, c.enforce_eager, layers, graphs)
 
 
@@ -431,7 +437,7 @@ def _opts(c: _VllmCase) -> dict:
             "vllm_version": c.vllm_version, "pipeline_parallel": c.pipeline_parallel,
             "v1_profile_tokens": c.v1_profile_tokens, "encoder_bytes": c.encoder_bytes,  # per GPU at any TP
             "sampler_path": c.sampler_path, "max_num_batched_tokens": c.max_num_batched_tokens,
-            "cuda_graphs": c.cuda_graphs}
+            "cuda_graphs": c.cuda_graphs, "lora": c.lora}
 
 
 def _suggest_tp(c: _VllmCase) -> str | None:
@@ -470,7 +476,7 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
               enforce_eager: bool = False, engine: str = "V0", enable_chunked_prefill: bool | None = None,
               vllm_version: str | None = None, pipeline_parallel: int = 1,
               v1_profile_tokens: int | None = None, encoder_bytes: int = 0, sampler_path: str | None = None,
-              max_num_batched_tokens: int | None = None, cuda_graphs: str | None = None) -> Plan:
+              max_num_batched_tokens: int | None = None, cuda_graphs: str | None = None, lora: bool = False) -> Plan:
     """Plan a vLLM instance the way vLLM sizes its KV cache at start-up, per GPU after tensor parallel:
     KV space = VRAM x gpu_memory_utilization - weights / TP - activation peak - non-torch memory, in whole blocks of
     16 tokens. The activation peak is that of vLLM's profile run over max_num_batched_tokens (V0: max_model_len, or
@@ -499,7 +505,8 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
     max_num_batched_tokens: the user's --max-num-batched-tokens, which the profile run then uses
     (vllm_profiled_tokens). cuda_graphs: the release's CUDA graph capture rule (VLLM_GRAPH_RULES:
     VllmRelease.cuda_graphs; None: V0's for V0, FULL_AND_PIECEWISE for V1), which with max_num_seqs sets the graphs
-    counted outside the share (vllm_cuda_graph_sizes, vllm_graph_bytes). Outcome is "fits" or "does_not_fit".
+    counted outside the share (vllm_cuda_graph_sizes, vllm_graph_bytes); lora: LoRA adapters enabled
+    (--enable-lora), which 0.19.1 captures every graph again for. Outcome is "fits" or "does_not_fit".
     Raises ValueError for non-positive sizes, a negative encoder_bytes, a utilization outside (0, 1], an unknown
     kv_cache_dtype, engine, sampler_path or cuda_graphs.
     """
@@ -509,7 +516,7 @@ def plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tensor_parallel: int, m
                        "enforce_eager": enforce_eager, "vllm_version": vllm_version,
                        "pipeline_parallel": pipeline_parallel, "v1_profile_tokens": v1_profile_tokens,
                        "encoder_bytes": encoder_bytes, "sampler_path": sampler_path,
-                       "max_num_batched_tokens": max_num_batched_tokens, "cuda_graphs": cuda_graphs})
+                       "max_num_batched_tokens": max_num_batched_tokens, "cuda_graphs": cuda_graphs, "lora": lora})
 
 
 def _plan_vllm(model: HfModel, gpu_mib: int, n_gpus: int, tp: int, max_model_len: int, util: float,

@@ -239,6 +239,13 @@ V0_UNCHUNKED_FLAGS = {"--enable-lora": "LoRA adapters (--enable-lora)",
                       "--enable-prompt-adapter": "prompt adapters (--enable-prompt-adapter)"}
 
 
+def lora_enabled(extra_args: Sequence[str]) -> bool:
+    """Whether extra_args turn LoRA adapters on: the last of --enable-lora and --no-enable-lora given wins, as
+    argparse reads them (False when neither is)."""
+    last = [a.split("=", 1)[0] for a in extra_args if a.split("=", 1)[0] in ("--enable-lora", "--no-enable-lora")]
+    return bool(last) and last[-1] == "--enable-lora"
+
+
 def v0_unchunked_reason(config: dict, extra_args: Sequence[str] = ()) -> str | None:
     """Why vLLM's V0 engine keeps chunked prefill off by default for this model at any max_model_len, or None
     where it turns it on above 32768: a vision-language model (multimodal), MLA (DeepSeek-V2/V3 with
@@ -475,7 +482,8 @@ def memory(key: str, inst: VllmInstance, hf: planner.HfModel, gpu_mib: int, n_vi
                               engine=engine, vllm_version=vllm_version, pipeline_parallel=pipeline_parallel,
                               v1_profile_tokens=v1_profile_tokens, encoder_bytes=encoder, sampler_path=sampler_path,
                               enable_chunked_prefill=chunked,
-                              max_num_batched_tokens=inst.max_num_batched_tokens, cuda_graphs=cuda_graphs)
+                              max_num_batched_tokens=inst.max_num_batched_tokens, cuda_graphs=cuda_graphs,
+                              lora=lora_enabled(inst.extra_args))
     if mplan.fits:
         return mplan, []
     return mplan, refusals(key, inst, [r for r in mplan.reasons if not r.startswith("decode ceiling")])

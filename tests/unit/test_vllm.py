@@ -327,14 +327,17 @@ def test_v0_keeps_chunked_prefill_off_for_a_sliding_window_model_and_plans_its_w
 
 @pytest.mark.parametrize("version,graphs,starts,more", [
     ("0.8.5.post1", 11, True, {}), ("0.10.2", 19, False, {}), ("0.19.1", 11, True, {}),
-    ("0.10.2", 11, True, {"max_num_batched_tokens": 64})])
+    ("0.10.2", 11, True, {"max_num_batched_tokens": 64}), ("0.19.1", 22, False, {"extra_args": ["--enable-lora"]}),
+    ("0.19.1", 11, True, {"extra_args": ["--enable-lora", "--no-enable-lora"]})])
 def test_cuda_graphs_outside_the_share_are_those_the_release_captures(model, version, graphs, starts, more):
     """Issue 27: a 32-layer model at the default max_num_seqs 64 on a V100-16GB at gpu_memory_utilization 0.96
     (646 MiB outside). vLLM's code captures 11 graphs in V0 (1, 2, 4, 8, ..., 64), 19 in 0.10.2's PIECEWISE mode
     (up to 2 x 64) and 11 in 0.19.1 with the toolkit's FULL_DECODE_ONLY (the sizes up to 64; its own default
     FULL_AND_PIECEWISE would add the 19 piecewise ones): tests/unit/test_vllm_pin.py runs that code. The plan counts
     those graphs per layer outside the share, so 0.10.2 is refused for the graphs and the others start; 0.10.2 with
-    max_num_batched_tokens 64 captures none above 64 (11) and starts."""
+    max_num_batched_tokens 64 captures none above 64 (11) and starts; 0.19.1 with --enable-lora captures each graph
+    again with an adapter (22: cudagraph_dispatcher.py _get_lora_cases) and is refused, unless --no-enable-lora
+    follows."""
     from roles import planner
 
     p, problems = plan(model(num_hidden_layers=32), vllm_version=version,

@@ -166,10 +166,14 @@ LLAMA_13B = HfModel(architecture="LlamaForCausalLM", n_layers=40, n_heads=40, n_
 def test_a_suggested_tensor_parallel_is_planned_with_the_releases_graphs():
     """A 13B fp16 model does not fit one V100-16GB; at tensor parallel 2 and 0.95 (808 MiB outside) 0.19.1's
     FULL_DECODE_ONLY graphs (40 layers x 11 x 0.75 MiB) and the context fit, so the refusal suggests TP 2; with
-    FULL_AND_PIECEWISE's 30 graphs they would not, and nothing is suggested."""
+    FULL_AND_PIECEWISE's 30 graphs, or LoRA's 22, they would not, and nothing is suggested."""
     kw = dict(engine="V1", vllm_version="0.19.1", v1_profile_tokens=2048)
     decode = plan_vllm(LLAMA_13B, V100_16GB_MIB, 2, 1, 2048, 0.95, "auto", 64, cuda_graphs="v1_full_decode", **kw)
     both = plan_vllm(LLAMA_13B, V100_16GB_MIB, 2, 1, 2048, 0.95, "auto", 64, cuda_graphs="v1_full_and_piecewise",
                      **kw)
     assert not decode.fits and "fits with tensor_parallel_size 2 on 2 GPUs of 16160 MiB" in decode.reasons
     assert not both.fits and not any("tensor_parallel_size 2" in r for r in both.reasons)
+    # nor with LoRA, whose adapter graphs double FULL_DECODE_ONLY's 11
+    lora = plan_vllm(LLAMA_13B, V100_16GB_MIB, 2, 1, 2048, 0.95, "auto", 64, cuda_graphs="v1_full_decode", lora=True,
+                     **kw)
+    assert not lora.fits and not any("tensor_parallel_size 2" in r for r in lora.reasons)

@@ -452,12 +452,27 @@ def _excerpt_method(source: str, cls: str, name: str, scope: dict):
     return scope[fn.name]
 
 
-def vllm_captured_sizes(version: str, seqs: int, batched: int, mode: str | None = None) -> list[int]:
+def _field_default(source: str, cls: str, name: str):
+    """The default of a dataclass field in an excerpt (`name: T = value` or `= Field(default=value, ...)`)."""
+    import ast
+
+    klass = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls)
+    value = next(n.value for n in klass.body if isinstance(n, ast.AnnAssign) and n.target.id == name)
+    if isinstance(value, ast.Call):
+        value = next(k.value for k in value.keywords if k.arg == "default")
+    return ast.literal_eval(value)
+
+
+def vllm_captured_sizes(version: str, seqs: int, batched: int, mode: str | None = None,
+                        lora: bool = False) -> list[int]:
     """The batch sizes a release captures CUDA graphs for, ascending (a size with a piecewise and a full graph
     twice), from its own excerpted code: VllmConfig._set_cudagraph_sizes on a V100 without sequence parallelism
     (0.8.5.post1 with VLLM_USE_V1=0 as the toolkit runs it; 0.10.2 after SchedulerConfig.__post_init__'s default
     cuda_graph_sizes), and in 0.19.1 the dispatcher's keys (CudagraphDispatcher.initialize_cudagraph_keys, no LoRA)
-    for cudagraph_mode `mode` (its CUDAGraphMode excerpt; None: the mode the toolkit's volta_args set)."""
+    for cudagraph_mode `mode` (its CUDAGraphMode excerpt; None: the mode the toolkit's volta_args set), with
+    `--enable-lora` at LoRAConfig's and CompilationConfig's defaults where lora (its _get_lora_cases and
+    vllm/lora/utils.py get_captured_lora_counts; the dispatcher's specialize_lora_count is
+    lora_config.specialize_active_lora, cudagraph_dispatcher.py 63-67)."""
     import dataclasses
     import enum
     import itertools
@@ -497,10 +512,22 @@ def vllm_captured_sizes(version: str, seqs: int, batched: int, mode: str | None 
         num_active_loras: int = 0
 
     keys: set = set()
+    lora_src = src["vllm/config/lora.py"]
+    config.lora_config = NS(max_loras=_field_default(lora_src, "LoRAConfig", "max_loras"),
+                            specialize_active_lora=_field_default(lora_src, "LoRAConfig",
+                                                                  "specialize_active_lora")) if lora else None
+    comp.cudagraph_specialize_lora = _field_default(src["vllm/config/compilation.py"], "CompilationConfig",
+                                                    "cudagraph_specialize_lora")
+    utils: dict = {}
+    exec(compile(src["vllm/lora/utils.py"], "<vllm excerpt lora/utils.py>", "exec"), utils)
     dispatcher = NS(vllm_config=config, compilation_config=comp, _compute_bs_to_padded_graph_size=lambda: None,
-                    _get_lora_cases=lambda: [0], add_cudagraph_key=lambda m, d: keys.add((m, d)),
+                    specialize_lora_count=config.lora_config.specialize_active_lora if lora else False,
+                    add_cudagraph_key=lambda m, d: keys.add((m, d)),
                     _create_padded_batch_descriptor=lambda bs, uniform, has_lora, n: BatchDescriptor(
                         bs, bs if uniform else None, uniform, has_lora, n))
+    dispatcher._get_lora_cases = functools.partial(_excerpt_method(
+        src["vllm/v1/cudagraph_dispatcher.py"], "CudagraphDispatcher", "_get_lora_cases",
+        {"get_captured_lora_counts": utils["get_captured_lora_counts"]}), dispatcher)
     _excerpt_method(src["vllm/v1/cudagraph_dispatcher.py"], "CudagraphDispatcher", "initialize_cudagraph_keys",
                     {"CUDAGraphMode": modes, "product": itertools.product, "replace": dataclasses.replace})(
         dispatcher, modes[mode], 1)
@@ -531,6 +558,12 @@ def test_cuda_graph_sizes_are_those_vllm_captures(version, mode, rule):
         for batched in GRAPH_BATCHED:
             assert planner.vllm_cuda_graph_sizes(rule, seqs, batched) == vllm_captured_sizes(
                 version, seqs, batched, mode), (seqs, batched)
+            if version == "0.19.1":  # LoRA's graphs: the dispatcher's keys with an adapter beside those without
+                assert planner.vllm_cuda_graph_sizes(rule, seqs, batched, lora=True) == vllm_captured_sizes(
+                    version, seqs, batched, mode, lora=True), (seqs, batched)
+            else:  # V0 (worker/model_runner.py 1490-1530) and 0.10.2 capture the same list with LoRA active
+                assert planner.vllm_cuda_graph_sizes(rule, seqs, batched, lora=True) == \
+                    planner.vllm_cuda_graph_sizes(rule, seqs, batched), (seqs, batched)
     # the counts vLLM's users see at its default max_num_seqs 256: 35 graphs in V0, "by default, vLLM captures 67
     # graphs" (vllm RFC #20098, V1 PIECEWISE), 0.19.1's 51 piecewise sizes and 35 full ones
     assert len(vllm_captured_sizes(version, 256, 8192, mode)) == {"v0": 35, "v1_piecewise": 67, "v1_full_decode": 35,

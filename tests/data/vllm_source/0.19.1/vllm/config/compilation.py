@@ -52,3 +52,7 @@ class CUDAGraphMode(enum.Enum):
 
     def __bool__(self) -> bool:
         return self != CUDAGraphMode.NONE
+# line 361:
+class CompilationConfig:
+    # line 604:
+    cudagraph_specialize_lora: bool = True
