@@ -154,3 +154,23 @@ def test_a_float_setting_that_yaml_reads_as_nan_or_infinity_is_refused_by_name(n
     where += ".1" if isinstance(value, list) else ""  # pydantic names the list item
     said = [line for line in str(e.value).splitlines() if line.strip().startswith(f"- {where} =")]
     assert said and "finite number" in said[0], str(e.value)
+
+
+def test_the_readme_names_the_characters_extra_args_words_may_hold():
+    """The README's charset for extra_args words is what ArgWord (roles/settings_base.py) accepts: each of its
+    characters alone is a valid word, and a word with any other (a JSON value, a space, a quote, a shell sign) is
+    refused by the settings model."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from roles.settings_base import ArgWord
+
+    chars = re.search(r"holds only letters, digits and `([^`]+)`", " ".join(README.read_text().split()))[1]
+    adapter = TypeAdapter(ArgWord)
+    import string
+
+    for c in string.ascii_letters + string.digits + string.punctuation + " ":
+        if c.isalnum() or c in chars:
+            assert adapter.validate_python(f"a{c}") == f"a{c}"
+        else:
+            with pytest.raises(ValidationError, match="String should match pattern"):
+                adapter.validate_python(f"a{c}")
