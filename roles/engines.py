@@ -341,6 +341,21 @@ def given_gpus(settings: Settings, gpus: list[GpuInfo], indices: list[int] | Non
     return [by_index[i] for i in indices if i in by_index]
 
 
+def gpu_index_problems(key: str, asked: list[int] | None, listed: list[int], answered: bool) -> list[str]:
+    """A problem for `<key>.gpus` when it names an index outside `listed` (the indices nvidia-smi lists, or
+    0..gpu_count-1 when no driver answered: host_gpus), or none. nvidia-smi's indices need not be contiguous (a GPU
+    that fell off the bus leaves a gap), so the message names those there are."""
+    if not asked or all(i in listed for i in asked):
+        return []
+    known = sorted(listed)
+    have = f"0..{known[-1]}" if known == list(range(len(known))) else ", ".join(map(str, known))
+    missing = ", ".join(str(i) for i in asked if i not in listed)
+    return [problem(f"{key}.gpus", asked, f"this host has GPUs {have}"
+                    + ("" if answered else " (gpu_count; no driver answers yet)")
+                    + ("" if known == list(range(len(known))) else f": nvidia-smi lists no GPU {missing}"),
+                    "list existing GPU indices, or leave gpus unset")]
+
+
 def compute_capability(settings: Settings, gpus: list[GpuInfo]) -> tuple[int, int]:
     """(major, minor) of the lowest compute capability among `gpus` (the GPUs an instance is given, given_gpus; an
     instance must run on each of them), else of gpu_compute_capability. Raises ValueError for a capability not

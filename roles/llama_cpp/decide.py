@@ -22,8 +22,8 @@ from roles import planner
 from roles.cuda.versions import Toolkit
 from roles.hub import is_header_copy
 from roles.engines import (IDLE_USED_MIB, compute_capability, describe_outside, given_gpus, gpu_claims, gpu_count,
-                           gpu_memory_mib, host_gpus, is_url, network_listener, one_model, outside_use, port_clashes,
-                           sha256_file, url_file_name, usable_mib)
+                           gpu_index_problems, gpu_memory_mib, host_gpus, is_url, network_listener, one_model,
+                           outside_use, port_clashes, sha256_file, url_file_name, usable_mib)
 from roles.llama_cpp import slots as serving
 from roles.llama_cpp.choices import (KvChoice, architecture_problems as model_architecture_problems, choose_kv,
                                      context_problems, gpu_architecture_problems, kv_candidates)
@@ -577,6 +577,12 @@ def source_model(key: str, inst: LlamaCppInstance, settings: Settings, gpus: lis
     # the trees with --kv-unified-per-slot cap each slot at the trained context (read in the 0.3.36 tree's
     # server-context.cpp n_ctx_slot)
     problems += context_problems(key, inst, model.context_length, caps_slots=tree.can_unify)
+    if share is not None and share.fraction <= 0:  # what others claim on its GPUs leaves it nothing to plan in
+        return path, None, None, problems + [problem(
+            f"{key}.gpus", inst.gpus if inst.gpus is not None else "unset (every GPU)",
+            f"nothing of its GPUs is left for it: {share.why}",
+            "give it other GPUs with gpus: [...], or lower what the others there claim (their context, parallel or "
+            "gpu_memory_utilization)")], None
     kvs, more = kv_candidates(key, inst, model.head_dim, model.v_head_dim, tree.fa_form,
                               compute_capability(settings, given_gpus(settings, gpus, inst.gpus)), tree.fa_all_quants)
     chosen = serving.choose(inst.parallel, inst.context, model.context_length, kvs,
@@ -648,11 +654,7 @@ def instance(name: str, inst: LlamaCppInstance, settings: Settings, gpus: list[G
                                  "reachable from the network without an API key",
                                  "set api_key_file, or listen on 127.0.0.1 behind your own proxy")
     api_key, more = read_api_key(f"{key}.api_key_file", inst.api_key_file)
-    if inst.gpus and max(inst.gpus) >= gpu_count(settings, gpus):
-        n = gpu_count(settings, gpus)
-        more.append(problem(f"{key}.gpus", inst.gpus, f"this host has GPUs 0..{n - 1}"
-                            + ("" if gpus else " (gpu_count; no driver answers yet)"),
-                            "list existing GPU indices, or leave gpus unset"))
+    more += gpu_index_problems(key, inst.gpus, [g["index"] for g in host_gpus(settings, gpus)], bool(gpus))
     if chosen is None:  # the header is read on no machine before the deploy: the settings as given, f16 where unset
         kv, even_more = choose_kv(key, inst, None, None, tree.fa_form,
                                   compute_capability(settings, given_gpus(settings, gpus, inst.gpus)),

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from roles import planner
-from roles.engines import (compute_capability, given_gpus, gpu_count, hf_instance_model, network_listener,
-                           outside_use, port_clashes, usable_mib)
+from roles.engines import (compute_capability, given_gpus, gpu_count, gpu_index_problems, hf_instance_model, host_gpus,
+                           network_listener, outside_use, port_clashes, usable_mib)
 from roles.lmdeploy.flags import (AT_LEAST_ONE_VALUE_OPTIONS, CHOICES, INT_OPTIONS, MANY_VALUE_OPTIONS,
                                   NO_VALUE_OPTIONS, ServeArgs, is_value_word, resolve_option, serve_argv, value_ok)
 from roles.lmdeploy.planner import KvPlan, KvShape, plan_kv
@@ -373,10 +373,7 @@ def instance(name: str, inst, settings, gpus: list[GpuInfo],
     group = given_gpus(settings, gpus, inst.gpus)[:inst.tp]
     cc = compute_capability(settings, group)
     problems = []
-    if inst.gpus and max(inst.gpus) >= n_gpus:
-        problems.append(problem(f"{key}.gpus", inst.gpus, f"this host has GPUs 0..{n_gpus - 1}"
-                                + ("" if gpus else " (gpu_count; no driver answers yet)"),
-                                "list existing GPU indices, or leave gpus unset"))
+    problems += gpu_index_problems(key, inst.gpus, [g["index"] for g in host_gpus(settings, gpus)], bool(gpus))
     if inst.tp > visible:
         problems.append(problem(f"{key}.tp", inst.tp, f"tensor parallel needs one GPU per rank; the instance sees "
                                 f"{visible}", f"set tp to at most {visible}, or add GPUs"))

@@ -19,8 +19,8 @@ from typing import Callable, Mapping, Sequence
 
 from roles import planner
 from roles.planner.units import GiB
-from roles.engines import (compute_capability, given_gpus, gpu_count, gpu_memory_mib, hf_instance_model,
-                           network_listener, port_clashes, quant_fixes)
+from roles.engines import (compute_capability, given_gpus, gpu_count, gpu_index_problems, gpu_memory_mib, host_gpus,
+                           hf_instance_model, network_listener, port_clashes, quant_fixes)
 from roles.secrets import read_api_key
 from roles.nvidia_driver.shapes import GpuInfo
 from roles.ray.decide import RayPlan
@@ -427,14 +427,12 @@ def lock(settings: Settings, rel: VllmRelease, host_python: str) -> tuple[Path, 
                                   "run tools/lock_vllm.py, or leave vllm_lock_dir unset")]
 
 
-def gpu_problems(key: str, inst: VllmInstance, n_gpus: int, answered: bool) -> list[str]:
-    """The instance's GPU indices must exist (0..n_gpus-1; n_gpus from gpu_count when no driver answered) and
-    tensor_parallel_size must not exceed the GPUs it sees (one GPU per rank)."""
-    problems = []
-    if inst.gpus and max(inst.gpus) >= n_gpus:
-        problems.append(problem(f"{key}.gpus", inst.gpus, f"this host has GPUs 0..{n_gpus - 1}"
-                                + ("" if answered else " (gpu_count; no driver answers yet)"),
-                                "list existing GPU indices, or leave gpus unset"))
+def gpu_problems(key: str, inst: VllmInstance, n_gpus: int, answered: bool,
+                 listed: list[int] | None = None) -> list[str]:
+    """The instance's GPU indices must exist (those nvidia-smi lists, `listed`; None: 0..n_gpus-1, n_gpus from
+    gpu_count when no driver answered) and tensor_parallel_size must not exceed the GPUs it sees (one GPU per
+    rank)."""
+    problems = gpu_index_problems(key, inst.gpus, list(range(n_gpus)) if listed is None else listed, answered)
     visible = len(inst.gpus or range(n_gpus))
     if inst.tensor_parallel_size > visible:
         problems.append(problem(f"{key}.tensor_parallel_size", inst.tensor_parallel_size,
@@ -547,7 +545,7 @@ def instance(name: str, inst: VllmInstance, settings: Settings, rel: VllmRelease
     # capability gates the model, the smallest of them holds the plan
     used = given_gpus(settings, gpus, inst.gpus)[:inst.tensor_parallel_size]
     cc = compute_capability(settings, used)
-    problems = gpu_problems(key, inst, n_gpus, bool(gpus))
+    problems = gpu_problems(key, inst, n_gpus, bool(gpus), [g["index"] for g in host_gpus(settings, gpus)])
     # vLLM's API-key middleware lets every path outside /v1 through, /invocations (completions) included
     # (vllm/entrypoints/openai/api_server.py, authentication(); read in 0.8.5.post1)
     problems += network_listener(key, inst.listen, bool(inst.expose_to_network and inst.api_key_file),

@@ -167,6 +167,20 @@ def test_two_llama_servers_that_overfill_one_gpu_together_are_refused_naming_bot
     assert "lower a vLLM instance" not in msg
 
 
+def test_an_automatic_instance_beside_one_that_fills_the_gpu_is_refused_not_a_traceback(model):
+    """One instance sized as set (context and parallel) takes more than the whole GPU: it is refused as too large,
+    and the automatically sized one beside it, left nothing of the GPU, is refused naming its gpus setting and the
+    one that takes the GPU (the planner raised a ValueError here before: a share of 0)."""
+    assert model["weights"] + kv_bytes(4 * 32768) > V100_16 * MIB
+    data = {"llama_cpp_instances": {"a": inst(model, 8081, context=32768, parallel=4), "b": inst(model, 8082)}}
+    with pytest.raises(SettingsError) as e:
+        planned(data, smi(V100_16_ROW))
+    msg = str(e.value)
+    assert "llama_cpp_instances.a = " in msg and "does not fit in 1 x 16160 MiB" in msg, msg
+    assert ("llama_cpp_instances.b.gpus = 'unset (every GPU)': nothing of its GPUs is left for it: llama-server@a, "
+            "sized as set, claims") in msg and "give it other GPUs with gpus: [...]" in msg, msg
+
+
 def test_two_llama_servers_that_fit_together_are_planned_each_at_its_own_size(model):
     """One instance needs more than half of the GPU, the other less, together they fit: both are accepted (an even
     split of the GPU would have refused the larger one)."""

@@ -63,3 +63,14 @@ def test_an_unreadable_api_key_file_is_named_and_its_content_never_quoted(tmp_pa
     assert problems({"model_path": ON_HOST, "api_key_file": "/nonexistent/key"}) == [
         f"{K}.api_key_file = '/nonexistent/key': cannot be read as text (FileNotFoundError). Fix: write the key "
         "alone into a file readable by you"]
+
+
+def test_gpu_indices_are_those_nvidia_smi_lists_with_a_gap():
+    """Issue 27: a box whose GPU 1 fell off the bus lists GPUs 0 and 2 (nvidia-smi keeps each index): gpus: [1] is
+    refused naming the indices there are, and gpus: [2] is the third card, accepted (it was refused as beyond
+    "0..1", and [1] was planned on gpu_memory_mib's figure)."""
+    gap = [gpu(0, "Tesla V100-SXM2-16GB", 16160, "7.0"), gpu(2, "Tesla V100-SXM2-32GB", 32510, "7.0")]
+    assert problems({"model_path": ON_HOST, "gpus": [1]}, gap) == [
+        f"{K}.gpus = [1]: this host has GPUs 0, 2: nvidia-smi lists no GPU 1. Fix: list existing GPU indices, or "
+        "leave gpus unset"]
+    assert problems({"model_path": ON_HOST, "gpus": [2]}, gap) == []

@@ -97,3 +97,17 @@ def test_a_session_len_beyond_the_trained_positions_is_a_warning_of_the_plan(tmp
         assert problems == [] and bool(ENGINE.notes(p)) == warned, ENGINE.notes(p)
     [note] = ENGINE.notes(p)
     assert f"session_len {trained * 4} is beyond the {trained} positions" in note and note.startswith("lmdeploy@q")
+
+
+def test_a_gpu_nvidia_smi_does_not_list_is_refused(tmp_path):
+    """nvidia-smi listing GPUs 0 and 2 (GPU 1 gone): lmdeploy_instances.q.gpus [1] is refused naming them."""
+    from tests.unit.test_memory_plan_gpus import gpu
+
+    model = write_tiny_hf(tmp_path / "m", config=TURBOMIND_CONFIG)
+    gap = [gpu(0, "Tesla V100-SXM2-32GB", 32510, "7.0"), gpu(2, "Tesla V100-SXM2-32GB", 32510, "7.0")]
+    for gpus, refused in (([1], True), ([2], False)):
+        s = settings_of({"lmdeploy_instances": {"q": {"model_source": str(model), "gpus": gpus}}})
+        p, problems = ENGINE.plan(PlanInputs(s, [], gap, None, None, {}, lambda cls, **kw: "3.13"))
+        said = [x for x in problems if "lmdeploy_instances.q.gpus" in x]
+        assert said == (["lmdeploy_instances.q.gpus = [1]: this host has GPUs 0, 2: nvidia-smi lists no GPU 1. Fix: "
+                         "list existing GPU indices, or leave gpus unset"] if refused else []), problems

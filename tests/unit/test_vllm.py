@@ -348,3 +348,14 @@ def test_cuda_graphs_outside_the_share_are_those_the_release_captures(model, ver
         assert p.instances[0].memory.outside_bytes == (400 + 32 * graphs // 2) * planner.MiB
     else:
         assert "capturing CUDA graphs" in refused((p, problems))
+
+
+def test_a_gpu_index_nvidia_smi_does_not_list_is_refused(model):
+    """GPU 1 gone from nvidia-smi's list (0 and 2 remain): vllm_instances.m.gpus [1] is refused naming the GPUs
+    there are, [2] is planned on that card."""
+    gap = [V100, {**V100, "index": 2, "name": "Tesla V100-SXM2-32GB", "memory_mib": 32510}]
+    why = refused(plan(model(), gpus=gap, instance={"gpus": [1]}))
+    assert ("vllm_instances.m.gpus = [1]: this host has GPUs 0, 2: nvidia-smi lists no GPU 1. Fix: list existing "
+            "GPU indices, or leave gpus unset") in why
+    p, problems = plan(model(), gpus=gap, instance={"gpus": [2]})
+    assert problems == [], problems

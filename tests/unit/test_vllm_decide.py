@@ -146,3 +146,16 @@ def test_a_bf16_trained_model_served_in_fp16_below_8_0_is_warned_about(tmp_path)
                                    "vllm": None, "instances": {"vllm@q": {"model": "m", "dtype": "half", "plan": None,
                                                                           "warnings": list(resolved.warnings)}}}})
     assert "WARNING vllm@q: the model was trained in bfloat16" in shown
+
+
+def test_gpu_indices_are_those_nvidia_smi_lists_for_vllm_and_lmdeploy_too():
+    """The vLLM and LMDeploy roles read the same rule (roles/engines.py gpu_index_problems): nvidia-smi listing
+    GPUs 0 and 2, gpus: [1] is refused naming them, [2] accepted, [0, 1] refused for 1 only."""
+    from roles.engines import gpu_index_problems
+
+    assert gpu_problems("k", VllmInstance(model_path="/m", gpus=[2]), 2, True, [0, 2]) == []
+    (why,) = gpu_problems("k", VllmInstance(model_path="/m", gpus=[1]), 2, True, [0, 2])
+    assert why == ("k.gpus = [1]: this host has GPUs 0, 2: nvidia-smi lists no GPU 1. Fix: list existing GPU "
+                   "indices, or leave gpus unset")
+    (why,) = gpu_index_problems("lmdeploy_instances.q", [0, 1], [0, 2], True)
+    assert why.startswith("lmdeploy_instances.q.gpus = [0, 1]: this host has GPUs 0, 2: nvidia-smi lists no GPU 1.")
