@@ -489,15 +489,16 @@ def memory_plan(inst_key: str, s: LlamaCppInstance, model: planner.GgufModel, gg
     if mplan.outcome == "fits" or (mplan.outcome == "offload" and s.allow_offload):
         return mplan, []
     why = "; ".join(mplan.reasons)
-    if mplan.outcome == "offload":
-        return mplan, [problem(inst_key, Path(gguf_path).name, f"would offload {mplan.layers_offloaded} layers to the "
-                               f"CPU (decode ceiling {mplan.decode_ceiling_tps:.1f} tokens/s): {why}",
-                               "use a smaller quant type or a shorter context, or set allow_offload: true")]
+    # what others on its GPUs take is part of the fix, for a refusal to offload as for one that does not fit
     shared = (", or give the instances different GPUs (gpus: [...] on each), or lower the vLLM instance's "
               "gpu_memory_utilization" if share and share.why else "")
     if share and share.outside:  # the memory others use now: name it, and how to plan without it
         shared += (f", or stop what uses GPU memory outside v100kit ({'; '.join(share.outside)}), or set "
                    "allow_gpu_in_use: true where it will have stopped before the instance starts")
+    if mplan.outcome == "offload":
+        return mplan, [problem(inst_key, Path(gguf_path).name, f"would offload {mplan.layers_offloaded} layers to the "
+                               f"CPU (decode ceiling {mplan.decode_ceiling_tps:.1f} tokens/s): {why}",
+                               "use a smaller quant type or a shorter context, or set allow_offload: true" + shared)]
     return mplan, [problem(inst_key, Path(gguf_path).name, f"does not fit in {n_gpus} x {gpu_mib} MiB: {why}",
                            "shorten context, quantize the KV cache (cache_type_k/v q8_0), or use a smaller quant"
                            + shared)]

@@ -181,6 +181,18 @@ def test_an_automatic_instance_beside_one_that_fills_the_gpu_is_refused_not_a_tr
             "sized as set, claims") in msg and "give it other GPUs with gpus: [...]" in msg, msg
 
 
+def test_an_instance_that_would_offload_beside_another_is_told_to_move_gpus(model):
+    """An automatic instance left 4 % of the GPU by one sized as set (4 x 27000 tokens) would offload its layers:
+    the refusal's fix names the other GPUs and the shares as the does-not-fit refusal does, not only a smaller
+    quant or allow_offload."""
+    data = {"llama_cpp_instances": {"a": inst(model, 8081, context=27000, parallel=4), "b": inst(model, 8082)}}
+    with pytest.raises(SettingsError) as e:
+        planned(data, smi(V100_16_ROW))
+    b = str(e.value).split("llama_cpp_instances.b = ")[1]
+    assert "would offload" in b and "llama-server@a, sized as set, claims" in b, b
+    assert "or set allow_offload: true, or give the instances different GPUs (gpus: [...] on each)" in b, b
+
+
 def test_two_llama_servers_that_fit_together_are_planned_each_at_its_own_size(model):
     """One instance needs more than half of the GPU, the other less, together they fit: both are accepted (an even
     split of the GPU would have refused the larger one)."""
