@@ -374,17 +374,6 @@ def sized_as_set(inst: LlamaCppInstance) -> bool:
     return inst.context is not None and inst.parallel is not None
 
 
-def vllm_unread_graphs(settings: Settings, inst) -> int:
-    """CUDA graph bytes per GPU of a vLLM instance (its settings `inst`) as llama.cpp's plan counts them without the
-    vLLM model: planner.vllm_unread_graph_bytes for the settings' vLLM release (an unknown one: V1's rule)."""
-    from roles.vllm.versions import VLLM_RELEASES
-
-    rel = VLLM_RELEASES.get(settings.vllm_version)
-    return planner.vllm_unread_graph_bytes(inst.tensor_parallel_size, inst.enforce_eager, inst.max_num_seqs,
-                                           rel.cuda_graphs if rel else None, rel.engine if rel else "V1",
-                                           inst.max_num_batched_tokens)
-
-
 def gpu_shares(settings: Settings, gpus: list[GpuInfo], set_claims: dict[str, int | None] | None = None
                ) -> dict[str, GpuShare]:
     """{instance name: GpuShare} of every llama-server instance, per GPU it is given (given_gpus): what the vLLM
@@ -394,10 +383,14 @@ def gpu_shares(settings: Settings, gpus: list[GpuInfo], set_claims: dict[str, in
     rest; the others also leave what those claim (`set_claims`: {name: planned bytes per GPU} once they are planned)
     and split the rest evenly where they see a common GPU, so that an automatically sized KV pool never fills memory
     another instance is planned in. The tightest of the instance's GPUs decides. Never raises."""
+    from roles.vllm.decide import unread_graph_bytes  # the vLLM role's own count of an instance's graphs
+    from roles.vllm.versions import VLLM_RELEASES
+
     listed = host_gpus(settings, gpus)
     memory = {g["index"]: usable_mib(g) for g in listed}
+    release = VLLM_RELEASES.get(settings.vllm_version)
     vllm = gpu_claims([], [(f"vllm@{k}", v.gpus, v.tensor_parallel_size, v.gpu_memory_utilization,
-                            planner.VLLM_CUDA_CONTEXT_BYTES + vllm_unread_graphs(settings, v))
+                            planner.VLLM_CUDA_CONTEXT_BYTES + unread_graph_bytes(v, release))
                            for k, v in sorted(settings.vllm_instances.items())], memory)
     outside = {g["index"]: outside_use(g)[0] for g in listed}
     words = {g["index"]: describe_outside(g) for g in listed}

@@ -281,14 +281,14 @@ def vllm_graph_rule(cuda_graphs: str | None, engine: str) -> str:
 
 
 def vllm_unread_graph_bytes(tp: int, enforce_eager: bool, max_num_seqs: int, cuda_graphs: str | None, engine: str,
-                            max_num_batched_tokens: int | None = None) -> int:
+                            max_num_batched_tokens: int | None = None, lora: bool = False) -> int:
     """CUDA graph memory per GPU (bytes) of a vLLM instance whose model was not read (another engine's view of it on
     a shared GPU): the larger of the flat estimate and VLLM_UNREAD_GRAPH_LAYERS layers x the graphs its release's
     rule (vllm_graph_rule) captures at max_num_seqs and max_num_batched_tokens (None: 8192, which caps no list
-    below 512), so that what is left for the other engine is never more than the planned instance leaves. 0 with
-    enforce_eager."""
+    below 512) and lora (--enable-lora), so that what is left for the other engine is never more than the planned
+    instance leaves. 0 with enforce_eager."""
     graphs = len(vllm_cuda_graph_sizes(vllm_graph_rule(cuda_graphs, engine), max_num_seqs,
-                                       max_num_batched_tokens or 8192))
+                                       max_num_batched_tokens or 8192, lora))
     return max(vllm_graph_bytes(tp, enforce_eager), vllm_graph_bytes(tp, enforce_eager, VLLM_UNREAD_GRAPH_LAYERS,
                                                                      graphs))
 

@@ -246,6 +246,15 @@ def lora_enabled(extra_args: Sequence[str]) -> bool:
     return bool(last) and last[-1] == "--enable-lora"
 
 
+def unread_graph_bytes(inst: VllmInstance, rel: VllmRelease | None) -> int:
+    """CUDA graph bytes per GPU of a vLLM instance (its settings) whose model was not read, as every engine's claim
+    counts them (roles/vllm/engine.py, roles/llama_cpp/decide.py gpu_shares): planner.vllm_unread_graph_bytes under
+    the release's capture rule (None, a release outside the table: V1's), LoRA from its extra_args."""
+    return planner.vllm_unread_graph_bytes(inst.tensor_parallel_size, inst.enforce_eager, inst.max_num_seqs,
+                                           rel.cuda_graphs if rel else None, rel.engine if rel else "V1",
+                                           inst.max_num_batched_tokens, lora_enabled(inst.extra_args))
+
+
 def v0_unchunked_reason(config: dict, extra_args: Sequence[str] = ()) -> str | None:
     """Why vLLM's V0 engine keeps chunked prefill off by default for this model at any max_model_len, or None
     where it turns it on above 32768: a vision-language model (multimodal), MLA (DeepSeek-V2/V3 with

@@ -11,7 +11,6 @@ from roles.doctor.rows import venv_evidence, venv_in_use
 from roles.engines import BenchHooks, Engine, PlanInputs, gpu_claims, venv_watch
 from roles.planner import VLLM_CUDA_CONTEXT_BYTES
 from roles.planner.units import plan_row
-from roles.planner.vllm import vllm_unread_graph_bytes
 from roles.vllm import decide
 from roles.vllm.decide import VllmPlan
 from roles.vllm.facts import HfModelDir, PythonVersion
@@ -29,13 +28,11 @@ def _plan(i: PlanInputs) -> tuple[VllmPlan | None, list[str]]:
 def _claims(p: VllmPlan, memory) -> dict:
     """vLLM takes its gpu_memory_utilization share of the whole GPU on the first tensor_parallel_size GPUs it sees;
     its CUDA context and graphs come on top (the planner's figure where it read the model, else
-    vllm_unread_graph_bytes for its release, as llama.cpp's plan counts it)."""
+    decide.unread_graph_bytes, as llama.cpp's plan counts it)."""
     return gpu_claims([], [
         (f"{UNIT}@{i.name}", i.settings.gpus, i.settings.tensor_parallel_size, i.settings.gpu_memory_utilization,
          i.memory.outside_bytes if i.memory and i.memory.outside_bytes else
-         VLLM_CUDA_CONTEXT_BYTES + vllm_unread_graph_bytes(
-             i.settings.tensor_parallel_size, i.settings.enforce_eager, i.settings.max_num_seqs, p.release.cuda_graphs,
-             p.release.engine, i.settings.max_num_batched_tokens))
+         VLLM_CUDA_CONTEXT_BYTES + decide.unread_graph_bytes(i.settings, p.release))
         for i in p.instances], memory)
 
 

@@ -175,7 +175,12 @@ def test_a_vllm_instance_planned_without_its_model_claims_the_unread_graph_estim
     from roles.vllm.versions import VLLM_RELEASES
 
     inst = NS(gpus=None, tensor_parallel_size=1, gpu_memory_utilization=0.5, enforce_eager=False, max_num_seqs=256,
-              max_num_batched_tokens=None)
+              max_num_batched_tokens=None, extra_args=[])
     p = NS(release=VLLM_RELEASES["0.10.2"], instances=[NS(name="b", settings=inst, memory=None)])
     ((unit, claimed),) = _claims(p, one(V100_32GB_MIB))[0]
     assert claimed == int(V100_32GB_MIB * MIB * 0.5) + 400 * MIB + 2680 * MIB
+    # 0.19.1 with --enable-lora: its 35 full decode graphs at 256 captured again with an adapter, 80 x 70 x 0.5 MiB
+    lora = NS(release=VLLM_RELEASES["0.19.1"], instances=[NS(name="b", settings=NS(**{**vars(inst), "extra_args": [
+        "--enable-lora"]}), memory=None)])
+    ((unit, claimed),) = _claims(lora, one(V100_32GB_MIB))[0]
+    assert claimed == int(V100_32GB_MIB * MIB * 0.5) + 400 * MIB + 2800 * MIB
