@@ -561,9 +561,9 @@ def test_cuda_graph_sizes_are_those_vllm_captures(version, mode, rule):
             if version == "0.19.1":  # LoRA's graphs: the dispatcher's keys with an adapter beside those without
                 assert planner.vllm_cuda_graph_sizes(rule, seqs, batched, lora=True) == vllm_captured_sizes(
                     version, seqs, batched, mode, lora=True), (seqs, batched)
-            else:  # V0 (worker/model_runner.py 1490-1530) and 0.10.2 capture the same list with LoRA active
-                assert planner.vllm_cuda_graph_sizes(rule, seqs, batched, lora=True) == \
-                    planner.vllm_cuda_graph_sizes(rule, seqs, batched), (seqs, batched)
+            else:  # V0 (worker/model_runner.py 1490-1530) and 0.10.2 capture their one list with LoRA active too
+                assert planner.vllm_cuda_graph_sizes(rule, seqs, batched, lora=True) == vllm_captured_sizes(
+                    version, seqs, batched, mode), (seqs, batched)
     # the counts vLLM's users see at its default max_num_seqs 256: 35 graphs in V0, "by default, vLLM captures 67
     # graphs" (vllm RFC #20098, V1 PIECEWISE), 0.19.1's 51 piecewise sizes and 35 full ones
     assert len(vllm_captured_sizes(version, 256, 8192, mode)) == {"v0": 35, "v1_piecewise": 67, "v1_full_decode": 35,
